@@ -1,0 +1,53 @@
+"""RunConfig: the composition of the stage configs plus run-level fields.
+
+One YAML file (``jobs/configs/*.yaml``) holds the values; dotted overrides change them on the
+command line (``--train.steps=200 --schedule.type=d3``). Unknown keys are errors naming the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from d3ray.data.config import DataConfig
+from d3ray.schedule.config import RandomScheduleConfig, ScheduleConfig
+from d3ray.train.config import EvalConfig, ModelConfig, TrainConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class RayClusterConfig:
+    """How the driver connects to Ray."""
+
+    address: str | None = None
+    """``None`` or ``"local"`` starts a local instance; ``"auto"`` or ``ray://...`` joins a cluster."""
+    num_cpus: int | None = None
+    """Logical CPUs of a local instance (default: the machine's cores, at least 4 so that Ray
+    Data, the coordinator and two trainers fit on a 2-core laptop)."""
+    health_check_interval_s: float = 0.2
+    """Ray Train controller poll interval; each ``report`` costs about this (RAY_NOTES section 1)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """A whole training run."""
+
+    name: str = "d3ray-tiny"
+    """Run name; re-running the same name in the same ``output_dir`` resumes it."""
+    seed: int = 0
+    """Seeds model init, data shuffling and every scheduler."""
+    output_dir: str = "runs"
+    """Parent of the run directory (a local path; checkpoints go to ``<output_dir>/<name>``)."""
+    ray: RayClusterConfig = field(default_factory=RayClusterConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    schedule: ScheduleConfig = field(default_factory=RandomScheduleConfig)
+
+    def __post_init__(self) -> None:
+        if not self.name or "/" in self.name:
+            raise ValueError(f"name={self.name!r} must be a non-empty name without '/'")
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.output_dir).expanduser().resolve() / self.name

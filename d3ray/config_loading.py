@@ -1,0 +1,195 @@
+"""Typed configs from YAML files and dotted command-line overrides.
+
+Configs are frozen ``kw_only`` dataclasses. This module turns plain dicts (from YAML) into
+them and back, with errors that name the offending key path (``train.steps: expected int,
+got 'ten'``). Unknown keys are errors. Fields typed with a :class:`~d3ray.registry.ChoiceConfig`
+family pick their concrete class from the ``type`` key.
+
+Overrides use dotted keys: ``--train.steps=200 --solver.type=rsr``; values are parsed as YAML
+scalars/lists (``--data.train_paths='[a, b]'``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+import yaml
+
+from d3ray.registry import ChoiceConfig
+
+C = TypeVar("C")
+
+
+class ConfigError(ValueError):
+    """A config value or key is wrong; the message names the key path."""
+
+
+def from_dict(cls: type[C], data: dict[str, Any] | None, path: str = "") -> C:
+    """Build dataclass ``cls`` from a plain dict, recursively; unknown keys raise ConfigError."""
+    data = dict(data or {})
+    if isinstance(cls, type) and issubclass(cls, ChoiceConfig) and ChoiceConfig in cls.__bases__:
+        name = data.pop("type", None)
+        if name is None:
+            raise ConfigError(f"{path or '<root>'}: missing 'type' (one of {cls.known()})")
+        try:
+            cls = cls.lookup(str(name))
+        except ValueError as err:
+            raise ConfigError(f"{_join(path, 'type')}: {err}") from None
+    else:
+        data.pop("type", None) if getattr(cls, "type_name", "") else None
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"unknown key {_join(path, unknown[0])!r} for {cls.__name__}; known keys: {', '.join(sorted(fields))}"
+        )
+    kwargs = {name: _convert(hints[name], value, _join(path, name)) for name, value in data.items()}
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{path or cls.__name__}: {err}") from err
+
+
+def to_dict(obj: Any) -> Any:
+    """Dataclass → plain dict (with ``type`` for registered choices), YAML-safe."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out: dict[str, Any] = {}
+        if getattr(obj, "type_name", ""):
+            out["type"] = obj.type_name
+        for f in dataclasses.fields(obj):
+            out[f.name] = to_dict(getattr(obj, f.name))
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key.sub=value`` overrides (leading ``--`` optional) to a nested dict copy."""
+    out = _deepcopy(data)
+    for item in overrides:
+        item = item[2:] if item.startswith("--") else item
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not of the form key.path=value")
+        key, raw = item.split("=", 1)
+        value = yaml.safe_load(raw) if raw != "" else ""
+        node = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {} if child is None else _fail(key, part)
+                node[part] = child
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+def load_config(cls: type[C], file: str | Path | None = None, overrides: list[str] | None = None) -> C:
+    """Read ``file`` (YAML, values only) if given, apply dotted overrides, build ``cls``."""
+    data: dict[str, Any] = {}
+    if file is not None:
+        with open(file) as fh:
+            loaded = yaml.safe_load(fh) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{file}: the top level must be a mapping, got {type(loaded).__name__}")
+        data = loaded
+    data = apply_overrides(data, overrides or [])
+    try:
+        return from_dict(cls, data)
+    except ConfigError as err:
+        raise ConfigError(f"{file}: {err}" if file else str(err)) from None
+
+
+def _convert(tp: Any, value: Any, path: str) -> Any:
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(arg, value, path)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{path}: {value!r} matches none of {tp}")
+    if origin is Literal:
+        if value not in get_args(tp):
+            raise ConfigError(f"{path}: {value!r} is not one of {list(get_args(tp))}")
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{path}: expected a list, got {value!r}")
+        args = get_args(tp)
+        item_tp = args[0] if args else Any
+        items = [_convert(item_tp, v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: expected a mapping, got {value!r}")
+        _, val_tp = get_args(tp) or (Any, Any)
+        return {str(k): _convert(val_tp, v, f"{path}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        if dataclasses.is_dataclass(value):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: expected a mapping, got {value!r}")
+        return from_dict(tp, value, path)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{path}: expected true/false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{path}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{path}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"{path}: expected a string, got {value!r}")
+    return value
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _deepcopy(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _deepcopy(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_deepcopy(v) for v in data]
+    return data
+
+
+def _fail(key: str, part: str) -> dict:
+    raise ConfigError(f"override {key!r}: {part!r} is a value, not a section")

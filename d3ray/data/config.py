@@ -1,0 +1,119 @@
+"""Typed configuration of the data stage, and the canonical domain labels.
+
+Domains are named as SlimPajama names them (``meta.redpajama_set_name``). RedPajama-1T stores each
+domain in its own folder (``arxiv/``, ``c4-rp/``, ``cc/`` ...); :func:`canonical_domain` maps those
+folder names onto the SlimPajama labels so that both layouts yield the same domain names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+LAYOUTS = ("auto", "slimpajama", "redpajama_1t")
+
+DEFAULT_DOMAINS = (
+    "RedPajamaArXiv",
+    "RedPajamaBook",
+    "RedPajamaC4",
+    "RedPajamaCommonCrawl",
+    "RedPajamaGithub",
+    "RedPajamaStackExchange",
+    "RedPajamaWikipedia",
+)
+
+# RedPajama-1T folder names (and a few common spellings) -> SlimPajama set names.
+FOLDER_DOMAINS = {
+    "arxiv": "RedPajamaArXiv",
+    "book": "RedPajamaBook",
+    "books": "RedPajamaBook",
+    "c4": "RedPajamaC4",
+    "c4-rp": "RedPajamaC4",
+    "cc": "RedPajamaCommonCrawl",
+    "common_crawl": "RedPajamaCommonCrawl",
+    "commoncrawl": "RedPajamaCommonCrawl",
+    "github": "RedPajamaGithub",
+    "stackexchange": "RedPajamaStackExchange",
+    "wiki": "RedPajamaWikipedia",
+    "wikipedia": "RedPajamaWikipedia",
+}
+
+
+def canonical_domain(label: str) -> str:
+    """The SlimPajama set name for a RedPajama-1T folder name; any other label unchanged.
+
+    >>> canonical_domain("c4-rp"), canonical_domain("RedPajamaC4"), canonical_domain("code")
+    ('RedPajamaC4', 'RedPajamaC4', 'code')
+    """
+    return FOLDER_DOMAINS.get(label.lower(), label)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenizerConfig:
+    """How to get the tokenizer: train a byte-level BPE on the training shards, or load one."""
+
+    vocab_size: int = 4096
+    """Target vocabulary size of the trained BPE, special tokens included (ignored with ``path``)."""
+    path: str | None = None
+    """Local Hugging Face tokenizer directory to load instead of training one (no hub downloads)."""
+    train_docs: int = 2000
+    """How many training documents to sample (deterministically) for BPE training."""
+    train_chars_per_doc: int = 20_000
+    """Each sampled document is cut to this many characters, so a whole book cannot dominate."""
+
+    def __post_init__(self) -> None:
+        if self.vocab_size < 300:
+            raise ValueError(f"tokenizer.vocab_size must be >= 300 (256 bytes + merges), got {self.vocab_size}")
+        if self.train_docs < 1:
+            raise ValueError(f"tokenizer.train_docs must be >= 1, got {self.train_docs}")
+        if self.train_chars_per_doc < 1:
+            raise ValueError(f"tokenizer.train_chars_per_doc must be >= 1, got {self.train_chars_per_doc}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    """Where the corpus is, how it is laid out, and how it is tokenized and packed."""
+
+    train_paths: list[str] = field(default_factory=list)
+    """Training shards: folders, globs or URIs (s3://, gs://, hf://, memory://, file://).
+    Empty means the generated sample corpus (see ``write_sample_corpus``)."""
+    validation_paths: list[str] = field(default_factory=list)
+    """Held-out shards for per-domain validation loss; empty means the sample corpus' validation split."""
+    layout: str = "auto"
+    """``slimpajama`` (domain from ``meta.redpajama_set_name``), ``redpajama_1t`` (domain from the
+    shard's folder name) or ``auto`` (the set name when a record has one, else the folder name)."""
+    seq_len: int = 128
+    """T: tokens per packed training sequence."""
+    domains: list[str] = field(default_factory=lambda: list(DEFAULT_DOMAINS))
+    """Known domain labels; a record of any other domain is a bad record (``unknown_domain``)."""
+    max_bad_fraction: float = 0.01
+    """Stop with an error once more than this fraction of the records read are bad."""
+    min_records_before_check: int = 1000
+    """The bad fraction is enforced only after this many records (and always at the end)."""
+    max_record_bytes: int = 64 * 1024 * 1024
+    """A line longer than this is a bad record (``oversized_record``), so no line is held whole."""
+    tokenize_actors: int = 1
+    """Size of the Ray Data actor pool that tokenizes."""
+    tokenize_batch_size: int = 256
+    """Documents per tokenizer call (and per block out of a read task)."""
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    """The tokenizer to train or load."""
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"data.layout must be one of {list(LAYOUTS)}, got {self.layout!r}")
+        if self.seq_len < 2:
+            raise ValueError(f"data.seq_len must be >= 2, got {self.seq_len}")
+        if not self.domains:
+            raise ValueError("data.domains must not be empty")
+        if len(set(self.domains)) != len(self.domains):
+            raise ValueError(f"data.domains has duplicates: {self.domains}")
+        if not 0.0 <= self.max_bad_fraction <= 1.0:
+            raise ValueError(f"data.max_bad_fraction must be in [0, 1], got {self.max_bad_fraction}")
+        if self.min_records_before_check < 0:
+            raise ValueError(f"data.min_records_before_check must be >= 0, got {self.min_records_before_check}")
+        if self.max_record_bytes < 1:
+            raise ValueError(f"data.max_record_bytes must be >= 1, got {self.max_record_bytes}")
+        if self.tokenize_actors < 1:
+            raise ValueError(f"data.tokenize_actors must be >= 1, got {self.tokenize_actors}")
+        if self.tokenize_batch_size < 1:
+            raise ValueError(f"data.tokenize_batch_size must be >= 1, got {self.tokenize_batch_size}")

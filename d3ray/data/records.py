@@ -1,0 +1,256 @@
+"""Parse shard lines into documents, and account for every bad record.
+
+Every line of a shard becomes exactly one :class:`Document`: a good one (text and domain) or a
+bad one whose ``bad_reason`` says why. Nothing is dropped silently, and a bad line never costs
+the good lines around it: a truncated ``.zst`` stream yields every complete line before the cut
+and then one ``truncated_zstd`` record. :class:`BadRecordLedger` counts bad records per shard and
+per reason, keeps the first line numbers of each, and stops a run whose bad fraction is too high.
+Whitespace-only lines are not records (JSONL writers often end files with a blank line).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from d3ray.data.config import canonical_domain
+from d3ray.data.shards import Shard, TruncatedStreamError, iter_shard_lines
+
+logger = logging.getLogger(__name__)
+
+BAD_REASONS = (
+    "malformed_json",  # not JSON, or JSON that is not an object
+    "missing_text",  # no "text" key
+    "non_string_text",  # "text" is not a string
+    "empty_text",  # "text" is empty or whitespace only
+    "undecodable_bytes",  # the line is not UTF-8, or the text holds lone surrogates
+    "truncated_zstd",  # the .zst stream ends inside a frame or is corrupt
+    "truncated_gzip",  # the .gz stream ends early or is corrupt
+    "unknown_domain",  # no domain, or one not in DataConfig.domains
+    "oversized_record",  # the line is longer than DataConfig.max_record_bytes
+)
+
+
+@dataclass(frozen=True)
+class Document:
+    """One record of a shard: good (``bad_reason == ""``) or bad (``text == ""``, reason set).
+
+    ``line`` is 1-based. ``detail`` is a short human explanation of a bad record.
+    """
+
+    text: str
+    domain: str
+    shard: str
+    line: int
+    bad_reason: str = ""
+    detail: str = ""
+
+    @property
+    def is_bad(self) -> bool:
+        return bool(self.bad_reason)
+
+
+def iter_documents(shard: Shard, layout: str, domains: Sequence[str], max_record_bytes: int) -> Iterator[Document]:
+    """Stream a shard's records, one :class:`Document` per non-blank line, in file order.
+
+    The domain is ``meta.redpajama_set_name`` (layout ``slimpajama``), the shard's folder name
+    mapped by :func:`~d3ray.data.config.canonical_domain` (``redpajama_1t``; ``meta`` may be
+    absent), or the set name when present and else the folder (``auto``).
+
+    Args:
+        shard: the shard to read.
+        layout: ``auto``, ``slimpajama`` or ``redpajama_1t``.
+        domains: the known domain labels; any other is ``unknown_domain``.
+        max_record_bytes: longer lines are ``oversized_record``.
+    """
+    known = frozenset(domains)
+    folder_domain = canonical_domain(shard.folder)
+    last_line = 0
+    try:
+        for line_no, data in iter_shard_lines(shard, max_record_bytes):
+            last_line = line_no
+            if data is None:
+                yield _bad(shard, line_no, "oversized_record", f"longer than {max_record_bytes} bytes")
+            elif data.strip():
+                yield _parse_line(data, shard, line_no, layout, known, folder_domain)
+    except TruncatedStreamError as err:
+        yield _bad(shard, last_line + 1, err.reason, err.detail)
+
+
+def _parse_line(
+    data: bytes, shard: Shard, line_no: int, layout: str, known: frozenset[str], folder_domain: str
+) -> Document:
+    try:
+        line = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return _bad(shard, line_no, "undecodable_bytes", str(err))
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        return _bad(shard, line_no, "malformed_json", str(err))
+    if not isinstance(record, dict):
+        return _bad(shard, line_no, "malformed_json", f"a JSON {type(record).__name__}, not an object")
+    domain = _domain_of(record, layout, folder_domain)  # bad records keep their domain for reports
+    if "text" not in record:
+        return _bad(shard, line_no, "missing_text", f"keys: {sorted(record)[:8]}", domain)
+    text = record["text"]
+    if not isinstance(text, str):
+        return _bad(shard, line_no, "non_string_text", f"text is a {type(text).__name__}", domain)
+    if not text.strip():
+        return _bad(shard, line_no, "empty_text", f"text is {text[:20]!r}", domain)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:  # JSON escapes can encode lone surrogates
+        return _bad(shard, line_no, "undecodable_bytes", str(err), domain)
+    if domain not in known:
+        return _bad(shard, line_no, "unknown_domain", f"domain {domain!r}", domain)
+    return Document(text=text, domain=domain, shard=shard.name, line=line_no)
+
+
+def _domain_of(record: dict[str, Any], layout: str, folder_domain: str) -> str:
+    if layout == "redpajama_1t":
+        return folder_domain
+    meta = record.get("meta")
+    set_name = meta.get("redpajama_set_name") if isinstance(meta, dict) else None
+    if isinstance(set_name, str) and set_name:
+        return canonical_domain(set_name)
+    return "" if layout == "slimpajama" else folder_domain
+
+
+def _bad(shard: Shard, line_no: int, reason: str, detail: str, domain: str = "") -> Document:
+    return Document(text="", domain=domain, shard=shard.name, line=line_no, bad_reason=reason, detail=detail)
+
+
+class BadRecordFractionError(RuntimeError):
+    """Too large a fraction of the records read are bad; the message names the worst shard."""
+
+
+class BadRecordLedger:
+    """Counts of good and bad records per shard, with the first bad line numbers per reason.
+
+    Args:
+        keep_lines: how many line numbers to keep per (shard, reason).
+        log_first: how many bad records to log one by one (the rest only in :meth:`log_summary`).
+    """
+
+    def __init__(self, keep_lines: int = 10, log_first: int = 10) -> None:
+        self.keep_lines = keep_lines
+        self.log_first = log_first
+        self.good: Counter[str] = Counter()  # shard -> good records
+        self.bad: dict[str, Counter[str]] = defaultdict(Counter)  # shard -> reason -> count
+        self.first_lines: dict[tuple[str, str], list[int]] = defaultdict(list)  # (shard, reason) -> lines
+        self._logged = 0
+
+    def record_good(self, shard: str, count: int = 1) -> None:
+        self.good[shard] += count
+
+    def record_bad(self, shard: str, line: int, reason: str, detail: str = "") -> None:
+        self.bad[shard][reason] += 1
+        lines = self.first_lines[(shard, reason)]
+        if len(lines) < self.keep_lines:
+            lines.append(line)
+        if self._logged < self.log_first:
+            self._logged += 1
+            logger.warning("bad record %s line %d: %s (%s)", shard, line, reason, detail)
+
+    def record(self, doc: Document) -> None:
+        """Count one document, good or bad."""
+        if doc.is_bad:
+            self.record_bad(doc.shard, doc.line, doc.bad_reason, doc.detail)
+        else:
+            self.record_good(doc.shard)
+
+    @property
+    def total_good(self) -> int:
+        return sum(self.good.values())
+
+    @property
+    def total_bad(self) -> int:
+        return sum(sum(c.values()) for c in self.bad.values())
+
+    @property
+    def total(self) -> int:
+        return self.total_good + self.total_bad
+
+    @property
+    def bad_fraction(self) -> float:
+        return self.total_bad / self.total if self.total else 0.0
+
+    def bad_by_reason(self) -> dict[str, int]:
+        out: Counter[str] = Counter()
+        for counts in self.bad.values():
+            out.update(counts)
+        return dict(sorted(out.items()))
+
+    def worst_shard(self) -> str | None:
+        """The shard with the highest bad fraction (ties: more bad records, then name)."""
+        if not self.bad:
+            return None
+
+        def key(shard: str) -> tuple[float, int, str]:
+            n_bad = sum(self.bad[shard].values())
+            return (-n_bad / (n_bad + self.good[shard]), -n_bad, shard)
+
+        return min((s for s in self.bad if sum(self.bad[s].values())), key=key, default=None)
+
+    def describe_shard(self, shard: str) -> str:
+        n_bad = sum(self.bad[shard].values())
+        parts = [
+            f"{reason} x{count} (first lines {self.first_lines[(shard, reason)]})"
+            for reason, count in sorted(self.bad[shard].items())
+        ]
+        return f"{shard}: {n_bad} bad of {n_bad + self.good[shard]} records: " + ", ".join(parts)
+
+    def check(self, max_bad_fraction: float) -> None:
+        """Raise :class:`BadRecordFractionError` if the bad fraction exceeds ``max_bad_fraction``."""
+        if self.bad_fraction > max_bad_fraction:
+            worst = self.worst_shard()
+            raise BadRecordFractionError(
+                f"{self.total_bad} of {self.total} records are bad ({self.bad_fraction:.2%} > "
+                f"max_bad_fraction {max_bad_fraction:.2%}); by reason {self.bad_by_reason()}; "
+                f"worst file {self.describe_shard(worst) if worst else '-'}"
+            )
+
+    def log_summary(self) -> None:
+        """Log totals, then one line per shard with bad records."""
+        logger.info(
+            "records: %d good, %d bad (%.3f%%) %s",
+            self.total_good,
+            self.total_bad,
+            100 * self.bad_fraction,
+            self.bad_by_reason() or "",
+        )
+        for shard in sorted(self.bad):
+            logger.warning("bad records in %s", self.describe_shard(shard))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain, JSON-safe state (for checkpoints, reports and :meth:`merge`)."""
+        return {
+            "good": dict(sorted(self.good.items())),
+            "bad": {shard: dict(sorted(c.items())) for shard, c in sorted(self.bad.items())},
+            "first_lines": {f"{s}\t{r}": lines for (s, r), lines in sorted(self.first_lines.items())},
+            "total_good": self.total_good,
+            "total_bad": self.total_bad,
+            "bad_fraction": self.bad_fraction,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], keep_lines: int = 10, log_first: int = 10) -> BadRecordLedger:
+        ledger = cls(keep_lines=keep_lines, log_first=log_first)
+        ledger.merge(data)
+        return ledger
+
+    def merge(self, other: BadRecordLedger | dict[str, Any]) -> None:
+        """Add another ledger's counts (e.g. from another read task or process) into this one."""
+        data = other.to_dict() if isinstance(other, BadRecordLedger) else other
+        self.good.update(data["good"])
+        for shard, counts in data["bad"].items():
+            self.bad[shard].update(counts)
+        for key, lines in data["first_lines"].items():
+            shard, reason = key.split("\t", 1)
+            kept = self.first_lines[(shard, reason)]
+            kept[:] = sorted(set(kept) | set(lines))[: self.keep_lines]

@@ -1,0 +1,149 @@
+"""Train, save and load the run's tokenizer (byte-level BPE, Hugging Face format).
+
+A run either trains a byte-level BPE (GPT-2 style: 256 byte symbols, so no unknown tokens) with
+the ``tokenizers`` library on a deterministic sample of its training documents, or loads a local
+Hugging Face tokenizer directory. The trained tokenizer is saved as a ``PreTrainedTokenizerFast``
+directory (``tokenizer.json`` + ``tokenizer_config.json``) inside the run directory, and a resumed
+run reuses it instead of training again, so token ids never change under a checkpoint.
+Nothing is downloaded.
+
+Documents are tokenized without special tokens; the packer adds ``<|endoftext|>`` (EOS) after
+each document.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from d3ray.data.config import DataConfig, TokenizerConfig
+from d3ray.data.records import iter_documents
+from d3ray.data.shards import Shard
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
+
+logger = logging.getLogger(__name__)
+
+EOS_TOKEN = "<|endoftext|>"
+TOKENIZER_SUBDIR = "tokenizer"
+
+
+def sample_training_texts(shards: Sequence[Shard], cfg: DataConfig) -> Iterator[str]:
+    """Deterministically pick ``cfg.tokenizer.train_docs`` good documents for BPE training.
+
+    Up to ``train_docs`` shards spread evenly over the sorted list each give their first
+    ``ceil(train_docs / n_used)`` good documents, so training reads only the heads of a few shards
+    yet sees every part of the corpus listing. Each text is cut to ``train_chars_per_doc``.
+    """
+    tcfg = cfg.tokenizer
+    if not shards:
+        raise ValueError("no training shards to sample tokenizer training text from")
+    n_used = min(len(shards), tcfg.train_docs)
+    picked = [shards[(i * len(shards)) // n_used] for i in range(n_used)]
+    quota = -(-tcfg.train_docs // n_used)
+    emitted = 0
+    for shard in picked:
+        taken = 0
+        for doc in iter_documents(shard, cfg.layout, cfg.domains, cfg.max_record_bytes):
+            if doc.is_bad:
+                continue
+            yield doc.text[: tcfg.train_chars_per_doc]
+            taken += 1
+            emitted += 1
+            if taken >= quota or emitted >= tcfg.train_docs:
+                break
+        if emitted >= tcfg.train_docs:
+            return
+
+
+def train_tokenizer(shards: Sequence[Shard], cfg: DataConfig, out_dir: str | Path) -> Path:
+    """Train a byte-level BPE on a sample of ``shards`` and save it to ``out_dir``.
+
+    The directory is written to a temporary sibling first and renamed, so an interrupted run never
+    leaves a half-written tokenizer behind for the next run to reuse.
+
+    Returns:
+        ``out_dir``, loadable with :func:`load_tokenizer` or ``AutoTokenizer.from_pretrained``.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    out = Path(out_dir)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=cfg.tokenizer.vocab_size,
+        special_tokens=[EOS_TOKEN],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    texts = list(sample_training_texts(shards, cfg))
+    tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_TOKEN, bos_token=EOS_TOKEN, unk_token=EOS_TOKEN)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        fast.save_pretrained(str(tmp))
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    logger.info(
+        "trained a byte-level BPE tokenizer (%d tokens, on %d docs) into %s", tok.get_vocab_size(), len(texts), out
+    )
+    return out
+
+
+def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
+    """Load a local Hugging Face tokenizer directory (never the hub).
+
+    Raises:
+        FileNotFoundError: ``path`` is not a directory.
+        ValueError: the tokenizer is not a fast tokenizer or has no EOS token.
+    """
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    if not Path(path).is_dir():
+        raise FileNotFoundError(f"tokenizer directory not found: {path}")
+    tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    if not isinstance(tok, PreTrainedTokenizerFast):
+        raise ValueError(f"{path}: {type(tok).__name__} is not a fast (tokenizers-backed) tokenizer")
+    if tok.eos_token_id is None:
+        raise ValueError(f"{path}: the tokenizer has no EOS token; set eos_token in tokenizer_config.json")
+    return tok
+
+
+def ensure_tokenizer(cfg: DataConfig, shards: Sequence[Shard], run_dir: str | Path) -> Path:
+    """The tokenizer directory for a run: ``cfg.tokenizer.path`` if set, else ``run_dir/tokenizer``,
+    trained on ``shards`` the first time and reused as it is on every later (resumed) run."""
+    if cfg.tokenizer.path is not None:
+        load_tokenizer(cfg.tokenizer.path)  # fail now, not inside a Ray actor
+        return Path(cfg.tokenizer.path)
+    out = Path(run_dir) / TOKENIZER_SUBDIR
+    if (out / "tokenizer.json").is_file():
+        logger.info("reusing the run's tokenizer in %s", out)
+        return out
+    return train_tokenizer(shards, cfg, out)
+
+
+def encode_texts(tokenizer: PreTrainedTokenizerFast, texts: Sequence[str]) -> list[np.ndarray]:
+    """Token ids of each text, without special tokens: a list of (n_i,) int32 arrays."""
+    encodings = tokenizer.backend_tokenizer.encode_batch(list(texts), add_special_tokens=False)
+    return [np.asarray(e.ids, dtype=np.int32) for e in encodings]
+
+
+def describe_tokenizer(config: TokenizerConfig) -> str:
+    """One line for logs: where the tokenizer comes from."""
+    if config.path is not None:
+        return f"local tokenizer {config.path}"
+    return f"byte-level BPE, vocab {config.vocab_size}, trained on {config.train_docs} docs"

@@ -1,0 +1,46 @@
+"""Ordering solvers for D3: S (K x K directional advantage) -> a training order of the K batches.
+
+Importing this package registers the built-in solvers (row_sum, greedy_insertion, rsr, exact, ils)
+on :class:`SolverConfig`. Ray is imported only by :mod:`d3ray.solver.pool`, which is not imported here.
+"""
+
+from d3ray.solver.base import DEFAULT_SOLVER, SolveResult, Solver, SolverConfig, solve
+from d3ray.solver.exact import ExactConfig, solve_exact
+from d3ray.solver.greedy import GreedyInsertionConfig, RowSumConfig, greedy_insertion_order, row_sum_order
+from d3ray.solver.local_search import IlsConfig, RsrConfig, insertion_local_search, random_swap_refinement
+from d3ray.solver.problem import (
+    apply_insertion,
+    apply_swap,
+    check_order,
+    insertion_delta_matrix,
+    insertion_deltas,
+    ordering_cost,
+    swap_delta,
+    validate_advantage,
+)
+
+__all__ = [
+    "DEFAULT_SOLVER",
+    "ExactConfig",
+    "GreedyInsertionConfig",
+    "IlsConfig",
+    "RowSumConfig",
+    "RsrConfig",
+    "SolveResult",
+    "Solver",
+    "SolverConfig",
+    "apply_insertion",
+    "apply_swap",
+    "check_order",
+    "greedy_insertion_order",
+    "insertion_delta_matrix",
+    "insertion_deltas",
+    "insertion_local_search",
+    "ordering_cost",
+    "random_swap_refinement",
+    "row_sum_order",
+    "solve",
+    "solve_exact",
+    "swap_delta",
+    "validate_advantage",
+]

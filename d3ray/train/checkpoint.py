@@ -1,0 +1,65 @@
+"""Checkpoints: DeepSpeed engine state + data cursor + RNG + schedule log + tokenizer.
+
+Layout of one checkpoint directory (Ray Train merges the per-rank directories into one):
+
+    deepspeed/           engine.save_checkpoint (model, optimizer, LR schedule; ZeRO shards per rank)
+    state.json           TrainState: step, data cursor (chunk id, position), tokens, schedule orders
+    rng_rank<r>.pt       torch / numpy / python RNG state of rank r
+    tokenizer/           the run's tokenizer (so a checkpoint is self-contained)
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+DS_TAG = "ds"
+
+
+@dataclass
+class TrainState:
+    """Where training stands: the data cursor is ``(next_chunk, position)`` in the ordered stream.
+
+    ``position`` > 0 only when the run ended inside a chunk (``train.steps`` reached).
+    """
+
+    step: int = 0
+    next_chunk: int = 0
+    position: int = 0
+    tokens: int = 0
+    schedule_orders: dict[str, list[int]] = field(default_factory=dict)
+
+
+def save_checkpoint(engine, state: TrainState, directory: Path, rank: int, tokenizer_dir: Path | None) -> None:
+    """Write this rank's part of a checkpoint into ``directory`` (a collective: every rank calls)."""
+    directory = Path(directory)
+    engine.save_checkpoint(str(directory / "deepspeed"), tag=DS_TAG)
+    torch.save(
+        {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
+        directory / f"rng_rank{rank}.pt",
+    )
+    if rank == 0:
+        (directory / "state.json").write_text(json.dumps(asdict(state)))
+        if tokenizer_dir is not None:
+            shutil.copytree(tokenizer_dir, directory / "tokenizer", dirs_exist_ok=True)
+
+
+def load_checkpoint(engine, directory: Path, rank: int) -> TrainState:
+    """Restore engine, RNG and cursor from ``directory`` (every rank calls)."""
+    directory = Path(directory)
+    path, _ = engine.load_checkpoint(str(directory / "deepspeed"), tag=DS_TAG)
+    if path is None:
+        raise RuntimeError(f"DeepSpeed found no checkpoint under {directory / 'deepspeed'}")
+    rng_file = directory / f"rng_rank{rank}.pt"
+    if rng_file.exists():
+        rng = torch.load(rng_file, weights_only=False)
+        torch.set_rng_state(rng["torch"])
+        np.random.set_state(rng["numpy"])
+        random.setstate(rng["python"])
+    return TrainState(**json.loads((directory / "state.json").read_text()))

@@ -1,0 +1,114 @@
+"""Configs of the training stage: model architecture, optimisation, evaluation, faults.
+
+The DeepSpeed dict and Ray's ``ScalingConfig`` are produced *from* these at the edge
+(``deepspeed_config.py``, ``run.py``); nothing below reads environment variables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """Which causal LM to train."""
+
+    preset: str = "gpt2-tiny"
+    """Architecture preset (see ``model.PRESETS``): gpt2-tiny, gpt2-small, gpt2-124m, llama-tiny, llama-1b."""
+    pretrained_path: str | None = None
+    """A local Hugging Face model directory to start from instead of random init (no hub downloads)."""
+    overrides: dict[str, int | float | str | bool] = field(default_factory=dict)
+    """Extra transformers config fields, e.g. ``{n_layer: 4}``; applied over the preset."""
+    attn_implementation: str = "eager"
+    """Attention kernel for training: eager (works everywhere, needed for double backward on CPU),
+    sdpa, or flash_attention_2 on GPUs."""
+
+    def __post_init__(self) -> None:
+        from d3ray.train.model import PRESETS
+
+        if self.pretrained_path is None and self.preset not in PRESETS:
+            raise ValueError(f"model.preset={self.preset!r} is not one of {sorted(PRESETS)}")
+        if self.attn_implementation not in ("eager", "sdpa", "flash_attention_2"):
+            raise ValueError(f"model.attn_implementation={self.attn_implementation!r} is not eager/sdpa/flash_attention_2")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Optimisation, parallelism and checkpointing of the DeepSpeed trainers."""
+
+    steps: int = 120
+    """Optimizer steps (one global batch each). The stream restarts (next epoch) if data runs out."""
+    global_batch_size: int = 8
+    """B: sequences per optimizer step, across all workers and accumulation micro-steps."""
+    micro_batch_size: int = 4
+    """Sequences per worker per forward/backward; gradient accumulation = B / (workers * micro)."""
+    num_workers: int = 2
+    """Data-parallel Ray Train workers, each one DeepSpeed engine."""
+    cpus_per_worker: float = 0.5
+    """CPUs Ray reserves per worker; keep some for Ray Data on small boxes (RAY_NOTES section 1)."""
+    gpus_per_worker: float = 0.0
+    """GPUs per worker; > 0 switches to NCCL, bf16 and CUDA."""
+    zero_stage: int = 2
+    """DeepSpeed ZeRO stage 0-3."""
+    lr: float = 3e-3
+    """Peak learning rate."""
+    min_lr_ratio: float = 0.1
+    """Cosine decay ends at lr * min_lr_ratio."""
+    warmup_steps: int = 10
+    """Linear warmup steps."""
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = 1.0
+    """Global gradient-norm clip (0 disables)."""
+    log_every: int = 10
+    """A console progress line every this many steps (rank 0)."""
+    eval_every: int = 60
+    """Validation every this many steps (and always at the end); 0 = only at the end."""
+    checkpoint_every_chunks: int = 1
+    """Report a checkpoint every this many chunks (each report costs ~0.2-2 s in Ray Train)."""
+    keep_checkpoints: int = 2
+    """Checkpoints kept by Ray Train."""
+    max_failures: int = 0
+    """Ray Train FailureConfig.max_failures: worker-group restarts from the latest checkpoint."""
+    fail_at_step: int | None = None
+    """Fault injection for tests and drills: worker rank 0 exits (os._exit) once at this step."""
+
+    def __post_init__(self) -> None:
+        per_step = self.num_workers * self.micro_batch_size
+        if self.steps < 1:
+            raise ValueError(f"train.steps={self.steps} must be >= 1")
+        if self.num_workers < 1:
+            raise ValueError(f"train.num_workers={self.num_workers} must be >= 1")
+        if self.global_batch_size % per_step:
+            raise ValueError(
+                f"train.global_batch_size={self.global_batch_size} must be a multiple of "
+                f"num_workers*micro_batch_size={per_step}"
+            )
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise ValueError(f"train.zero_stage={self.zero_stage} must be 0, 1, 2 or 3")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"train.min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
+        if self.checkpoint_every_chunks < 1:
+            raise ValueError(f"train.checkpoint_every_chunks={self.checkpoint_every_chunks} must be >= 1")
+
+    @property
+    def grad_accum_steps(self) -> int:
+        return self.global_batch_size // (self.num_workers * self.micro_batch_size)
+
+    @property
+    def use_gpu(self) -> bool:
+        return self.gpus_per_worker > 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalConfig:
+    """Held-out evaluation: per-domain validation loss/perplexity plus out-of-domain text."""
+
+    max_sequences_per_domain: int = 16
+    """Validation sequences per domain (packed like training data)."""
+    ood_text_paths: list[str] = field(default_factory=list)
+    """Raw text files for out-of-domain perplexity, e.g. WikiText-2 raw test."""
+    max_ood_sequences: int = 32
+    """Sequences taken from each out-of-domain file."""
+    micro_batch_size: int = 8
+    """Sequences per evaluation forward pass."""

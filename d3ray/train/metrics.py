@@ -1,0 +1,119 @@
+"""Run-directory logs written by trainer rank 0: metrics, trained samples, schedule decisions.
+
+    <run_dir>/metrics.jsonl   one row per step (and per eval), keys ``stage/name_unit``
+    <run_dir>/metrics.csv     the per-step rows as CSV, for spreadsheets and pandas
+    <run_dir>/tb/             TensorBoard scalars
+    <run_dir>/samples.jsonl   per step: chunk id, position, the global batch's sample ids
+    <run_dir>/schedule_log.jsonl  per chunk: order, scheduler record, trainer wait, fallback
+
+On resume every JSONL/CSV file is rolled back to the checkpoint (rows past it are removed),
+so the files always describe exactly one uninterrupted history.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+STEP_FIELDS = ["step", "chunk_id", "train/loss", "train/lr", "train/grad_norm", "data/tokens",
+               "data/tokens_per_sec", "time/step_sec", "time/wait_sec"]
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """All rows of a JSONL file ([] if absent)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    with open(path) as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def rollback_jsonl(path: Path, keep: Any) -> None:
+    """Keep only rows for which ``keep(row)`` is true (rewrite in place)."""
+    rows = [r for r in read_jsonl(path) if keep(r)]
+    if path.exists():
+        _write_jsonl(path, rows)
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w") as fh:
+        for r in rows:
+            fh.write(json.dumps(r) + "\n")
+    tmp.replace(path)
+
+
+def _finite(x: Any) -> Any:
+    return x if not isinstance(x, float) or math.isfinite(x) else None
+
+
+class RunLogs:
+    """Rank-0 writer of the run directory's logs (rolls back to ``resume_step`` on creation)."""
+
+    def __init__(self, run_dir: Path, resume_step: int, resume_chunk: int, tensorboard: bool = True) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.metrics_path = self.run_dir / "metrics.jsonl"
+        self.samples_path = self.run_dir / "samples.jsonl"
+        self.schedule_path = self.run_dir / "schedule_log.jsonl"
+        self.csv_path = self.run_dir / "metrics.csv"
+        rollback_jsonl(self.metrics_path, lambda r: r.get("step", 0) <= resume_step)
+        rollback_jsonl(self.samples_path, lambda r: r["step"] <= resume_step)
+        rollback_jsonl(self.schedule_path, lambda r: r["chunk_id"] < resume_chunk)
+        self._rewrite_csv()
+        self._tb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(str(self.run_dir / "tb"), purge_step=resume_step + 1)
+
+    def _rewrite_csv(self) -> None:
+        rows = [r for r in read_jsonl(self.metrics_path) if "train/loss" in r]
+        with open(self.csv_path, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=STEP_FIELDS, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+
+    def log_metrics(self, row: dict[str, Any]) -> None:
+        row = {k: _finite(v) for k, v in row.items()}
+        with open(self.metrics_path, "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        if "train/loss" in row:
+            with open(self.csv_path, "a", newline="") as fh:
+                csv.DictWriter(fh, fieldnames=STEP_FIELDS, extrasaction="ignore").writerow(row)
+        if self._tb is not None:
+            for key, value in row.items():
+                if key != "step" and isinstance(value, (int, float)) and value is not None:
+                    self._tb.add_scalar(key, value, row["step"])
+
+    def log_samples(self, step: int, chunk_id: int, position: int, sample_ids: tuple[str, ...]) -> None:
+        with open(self.samples_path, "a") as fh:
+            fh.write(json.dumps({"step": step, "chunk_id": chunk_id, "position": position,
+                                 "sample_ids": list(sample_ids)}) + "\n")
+
+    def log_schedule(self, record: dict[str, Any]) -> None:
+        with open(self.schedule_path, "a") as fh:
+            fh.write(json.dumps({k: _finite(v) for k, v in record.items()}) + "\n")
+
+    def schedule_orders(self) -> dict[int, list[int]]:
+        """Orders decided so far (chunk id → order), for the checkpoint."""
+        return {int(r["chunk_id"]): list(r["order"]) for r in read_jsonl(self.schedule_path)}
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.flush()
+            self._tb.close()
+
+
+def progress_line(step: int, steps: int, loss: float, tokens_per_sec: float, lr: float, wait_s: float,
+                  extra: str = "") -> str:
+    """``step 120/400 | loss 2.4312 | tok/s 12.1k | lr 3.00e-03 | wait 0.01s``: one line per interval."""
+    tps = f"{tokens_per_sec / 1e6:.2f}M" if tokens_per_sec >= 1e6 else f"{tokens_per_sec / 1e3:.1f}k"
+    line = f"step {step}/{steps} | loss {loss:.4f} | tok/s {tps} | lr {lr:.2e} | wait {wait_s:.2f}s"
+    return line + (f" | {extra}" if extra else "")
