@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 LAYOUTS = ("auto", "slimpajama", "redpajama_1t")
+DEFAULT_MAX_RECORD_BYTES = 64 * 1024 * 1024
 
 DEFAULT_DOMAINS = (
     "RedPajamaArXiv",
@@ -62,7 +63,9 @@ class TokenizerConfig:
 
     def __post_init__(self) -> None:
         if self.vocab_size < 300:
-            raise ValueError(f"tokenizer.vocab_size must be >= 300 (256 bytes + merges), got {self.vocab_size}")
+            raise ValueError(
+                f"tokenizer.vocab_size must be >= 300 (256 bytes + merges), got {self.vocab_size}"
+            )
         if self.train_docs < 1:
             raise ValueError(f"tokenizer.train_docs must be >= 1, got {self.train_docs}")
         if self.train_chars_per_doc < 1:
@@ -89,12 +92,18 @@ class DataConfig:
     """Stop with an error once more than this fraction of the records read are bad."""
     min_records_before_check: int = 1000
     """The bad fraction is enforced only after this many records (and always at the end)."""
-    max_record_bytes: int = 64 * 1024 * 1024
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     """A line longer than this is a bad record (``oversized_record``), so no line is held whole."""
     tokenize_actors: int = 1
     """Size of the Ray Data actor pool that tokenizes."""
+    tokenize_cpus: float = 1.0
+    """CPUs reserved per tokenizer actor. Lower it (e.g. 0.5) when the trainers hold every CPU of a
+    small box: the actors need free CPUs to start, or the stream waits for them."""
     tokenize_batch_size: int = 256
     """Documents per tokenizer call (and per block out of a read task)."""
+    block_bytes: int = 2 * 1024 * 1024
+    """Ray Data target block size of the stream. Ray's default (128 MiB) would hold back a whole
+    shard's tokens until the shard is done; small blocks reach the trainer as soon as they are made."""
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     """The tokenizer to train or load."""
 
@@ -110,10 +119,16 @@ class DataConfig:
         if not 0.0 <= self.max_bad_fraction <= 1.0:
             raise ValueError(f"data.max_bad_fraction must be in [0, 1], got {self.max_bad_fraction}")
         if self.min_records_before_check < 0:
-            raise ValueError(f"data.min_records_before_check must be >= 0, got {self.min_records_before_check}")
+            raise ValueError(
+                f"data.min_records_before_check must be >= 0, got {self.min_records_before_check}"
+            )
         if self.max_record_bytes < 1:
             raise ValueError(f"data.max_record_bytes must be >= 1, got {self.max_record_bytes}")
         if self.tokenize_actors < 1:
             raise ValueError(f"data.tokenize_actors must be >= 1, got {self.tokenize_actors}")
+        if self.block_bytes < 1024:
+            raise ValueError(f"data.block_bytes must be >= 1024, got {self.block_bytes}")
+        if self.tokenize_cpus < 0:
+            raise ValueError(f"data.tokenize_cpus must be >= 0, got {self.tokenize_cpus}")
         if self.tokenize_batch_size < 1:
             raise ValueError(f"data.tokenize_batch_size must be >= 1, got {self.tokenize_batch_size}")

@@ -1,8 +1,8 @@
 """The training-data stream on Ray Data: read shards → tokenize (actor pool) → pack per domain.
 
     shard descriptors (from_items, one block per shard)
-      │  map_batches(read_shard_blocks)   one read task per shard, streams its lines; each line
-      │                                   becomes a good or a bad row (a bad line costs only itself)
+      │  map_batches(read_shard_blocks)   streams one shard's lines; each line becomes a good or
+      │                                   a bad row (a bad line costs only itself)
       ▼  rows: text, domain, shard, line, bad_reason, detail
       │  map_batches(TokenizeBatch, ActorPoolStrategy(size=cfg.tokenize_actors))
       ▼  rows: token_ids (list<int32>), domain, shard, line, bad_reason, detail
@@ -10,12 +10,14 @@
       │  BadRecordLedger: count/log bad rows, stop above max_bad_fraction
       ▼  SequencePacker: per-domain (T,) sequences with stable sample ids
 
+Ray fuses the read into the tokenizer actors (no text crosses the object store), so up to
+``tokenize_actors`` shards are read and tokenized at once; a corpus of one shard uses one actor.
 Ray Data's built-in ``read_json`` fails a whole read task (or drops a whole file with
-``max_errored_blocks``) on one malformed line and loads a file whole per task (ray#46485), so
-the read step is our own generator over :func:`~d3ray.data.records.iter_documents`.
-``preserve_order`` makes the stream order (shards as listed, lines in file order) independent
-of the number of read tasks and tokenizer actors, so the same corpus always yields the same
-sequences with the same ids. Nothing is materialised whole: blocks stream with backpressure.
+``max_errored_blocks``) on one malformed line and loads a file whole per task (ray#46485), hence
+our own generator over :func:`~d3ray.data.records.iter_documents`. ``preserve_order`` makes the
+stream order (shards as listed, lines in file order) independent of the number of actors, so the
+same corpus always yields the same sequences with the same ids. Blocks are small
+(``cfg.block_bytes``) so tokens stream to the consumer while a shard is still being read.
 """
 
 from __future__ import annotations
@@ -37,8 +39,6 @@ if TYPE_CHECKING:
     import ray.data
 
 logger = logging.getLogger(__name__)
-
-_BLOCK_TEXT_BYTES = 32 * 1024 * 1024  # a read block closes early past this much text
 
 DOCUMENT_SCHEMA = pa.schema(
     [
@@ -67,9 +67,15 @@ def _documents_table(docs: list[Document]) -> pa.Table:
 
 
 def read_shard_blocks(
-    batch: dict[str, np.ndarray], layout: str, domains: list[str], max_record_bytes: int, rows_per_block: int
+    batch: dict[str, np.ndarray],
+    layout: str,
+    domains: list[str],
+    max_record_bytes: int,
+    rows_per_block: int,
+    block_bytes: int,
 ) -> Iterator[pa.Table]:
-    """Ray Data UDF: stream the shards described in ``batch`` as blocks of document rows."""
+    """Ray Data UDF: stream the shards described in ``batch`` as blocks of document rows
+    (``rows_per_block`` rows, or fewer once their text passes ``block_bytes``)."""
     for uri, name, folder in zip(batch["uri"], batch["name"], batch["folder"], strict=True):
         shard = Shard(uri=str(uri), name=str(name), folder=str(folder))
         docs: list[Document] = []
@@ -77,7 +83,7 @@ def read_shard_blocks(
         for doc in iter_documents(shard, layout, domains, max_record_bytes):
             docs.append(doc)
             text_bytes += len(doc.text)
-            if len(docs) >= rows_per_block or text_bytes >= _BLOCK_TEXT_BYTES:
+            if len(docs) >= rows_per_block or text_bytes >= block_bytes:
                 yield _documents_table(docs)
                 docs, text_bytes = [], 0
         if docs:
@@ -88,9 +94,9 @@ class TokenizeBatch:
     """Ray Data callable class: tokenizes the good rows of a block, bad rows pass with no tokens."""
 
     def __init__(self, tokenizer_dir: str) -> None:
-        from d3ray.data.tokenizer import load_tokenizer
+        from d3ray.data.tokenizer import load_backend_tokenizer
 
-        self.backend = load_tokenizer(tokenizer_dir).backend_tokenizer
+        self.backend, _ = load_backend_tokenizer(tokenizer_dir)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         bad = batch.column("bad_reason").to_pylist()
@@ -131,7 +137,8 @@ def document_dataset(shards: Sequence[Shard], cfg: DataConfig, tokenizer_dir: st
     if not shards:
         raise ValueError("no shards to read")
     ds = ray.data.from_items([s.to_dict() for s in shards], override_num_blocks=len(shards))
-    ds.context.execution_options.preserve_order = True
+    ds.context.execution_options.preserve_order = True  # this dataset's own context, not the global one
+    ds.context.target_max_block_size = cfg.block_bytes
     ds = ds.map_batches(
         read_shard_blocks,
         batch_size=1,
@@ -141,6 +148,7 @@ def document_dataset(shards: Sequence[Shard], cfg: DataConfig, tokenizer_dir: st
             "domains": list(cfg.domains),
             "max_record_bytes": cfg.max_record_bytes,
             "rows_per_block": cfg.tokenize_batch_size,
+            "block_bytes": cfg.block_bytes,
         },
     )
     return ds.map_batches(
@@ -149,7 +157,7 @@ def document_dataset(shards: Sequence[Shard], cfg: DataConfig, tokenizer_dir: st
         batch_size=cfg.tokenize_batch_size,
         batch_format="pyarrow",
         compute=ray.data.ActorPoolStrategy(size=cfg.tokenize_actors),
-        num_cpus=1,
+        num_cpus=cfg.tokenize_cpus,
     )
 
 
@@ -162,14 +170,18 @@ def iter_tokenized_documents(
         ids = batch.column("token_ids").combine_chunks()
         offsets = ids.offsets.to_numpy()
         values = ids.values.to_numpy()
-        cols: dict[str, list[Any]] = {c: batch.column(c).to_pylist() for c in ("domain", "shard", "line", "bad_reason")}
+        cols: dict[str, list[Any]] = {
+            c: batch.column(c).to_pylist() for c in ("domain", "shard", "line", "bad_reason")
+        }
         details = batch.column("detail").to_pylist()
         for i, reason in enumerate(cols["bad_reason"]):
             if reason:
                 ledger.record_bad(cols["shard"][i], cols["line"][i], reason, details[i])
                 continue
             ledger.record_good(cols["shard"][i])
-            yield TokenizedDocument(values[offsets[i] : offsets[i + 1]], cols["domain"][i], cols["shard"][i], cols["line"][i])
+            yield TokenizedDocument(
+                values[offsets[i] : offsets[i + 1]], cols["domain"][i], cols["shard"][i], cols["line"][i]
+            )
         if ledger.total >= cfg.min_records_before_check and ledger.total > checked_at:
             ledger.check(cfg.max_bad_fraction)
             checked_at = ledger.total
@@ -194,10 +206,10 @@ def iter_packed_sequences(
         BadRecordFractionError: more than ``cfg.max_bad_fraction`` of the records are bad (checked
             once ``cfg.min_records_before_check`` records are read, and at the end).
     """
-    from d3ray.data.tokenizer import load_tokenizer
+    from d3ray.data.tokenizer import load_backend_tokenizer
 
     ledger = ledger if ledger is not None else BadRecordLedger()
-    eos_id = load_tokenizer(tokenizer_dir).eos_token_id
+    _, eos_id = load_backend_tokenizer(tokenizer_dir)
     packer = SequencePacker(cfg.seq_len, eos_id)
     ds = document_dataset(shards, cfg, tokenizer_dir)
     batches = ds.iter_batches(batch_size=None, batch_format="pyarrow")

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from d3ray.data.config import canonical_domain
+from d3ray.data.config import DEFAULT_MAX_RECORD_BYTES, canonical_domain
 from d3ray.data.shards import Shard, TruncatedStreamError, iter_shard_lines
 
 logger = logging.getLogger(__name__)
@@ -54,7 +54,9 @@ class Document:
         return bool(self.bad_reason)
 
 
-def iter_documents(shard: Shard, layout: str, domains: Sequence[str], max_record_bytes: int) -> Iterator[Document]:
+def iter_documents(
+    shard: Shard, layout: str, domains: Sequence[str] | None, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+) -> Iterator[Document]:
     """Stream a shard's records, one :class:`Document` per non-blank line, in file order.
 
     The domain is ``meta.redpajama_set_name`` (layout ``slimpajama``), the shard's folder name
@@ -64,10 +66,11 @@ def iter_documents(shard: Shard, layout: str, domains: Sequence[str], max_record
     Args:
         shard: the shard to read.
         layout: ``auto``, ``slimpajama`` or ``redpajama_1t``.
-        domains: the known domain labels; any other is ``unknown_domain``.
+        domains: the known domain labels; any other is ``unknown_domain``. ``None`` accepts any
+            non-empty label (for inspecting a corpus of unknown domains).
         max_record_bytes: longer lines are ``oversized_record``.
     """
-    known = frozenset(domains)
+    known = frozenset(domains) if domains is not None else None
     folder_domain = canonical_domain(shard.folder)
     last_line = 0
     try:
@@ -75,14 +78,14 @@ def iter_documents(shard: Shard, layout: str, domains: Sequence[str], max_record
             last_line = line_no
             if data is None:
                 yield _bad(shard, line_no, "oversized_record", f"longer than {max_record_bytes} bytes")
-            elif data.strip():
+            elif data and not data.isspace():
                 yield _parse_line(data, shard, line_no, layout, known, folder_domain)
     except TruncatedStreamError as err:
         yield _bad(shard, last_line + 1, err.reason, err.detail)
 
 
 def _parse_line(
-    data: bytes, shard: Shard, line_no: int, layout: str, known: frozenset[str], folder_domain: str
+    data: bytes, shard: Shard, line_no: int, layout: str, known: frozenset[str] | None, folder_domain: str
 ) -> Document:
     try:
         line = data.decode("utf-8")
@@ -106,7 +109,7 @@ def _parse_line(
         text.encode("utf-8")
     except UnicodeEncodeError as err:  # JSON escapes can encode lone surrogates
         return _bad(shard, line_no, "undecodable_bytes", str(err), domain)
-    if domain not in known:
+    if not domain or (known is not None and domain not in known):
         return _bad(shard, line_no, "unknown_domain", f"domain {domain!r}", domain)
     return Document(text=text, domain=domain, shard=shard.name, line=line_no)
 

@@ -68,7 +68,10 @@ def _c4(rng: random.Random) -> str:
 
 
 def _common_crawl(rng: random.Random) -> str:
-    lines = ["Home | About | Blog | Contact", f"Posted by admin on {rng.randint(1, 28)}/{rng.randint(1, 12)}/20{rng.randint(10, 23)}"]
+    lines = [
+        "Home | About | Blog | Contact",
+        f"Posted by admin on {rng.randint(1, 28)}/{rng.randint(1, 12)}/20{rng.randint(10, 23)}",
+    ]
     for _ in range(rng.randint(4, 10)):
         lines.append(_words(rng, _CC, rng.randint(5, 18)).capitalize() + ".")
     lines.append(f"{rng.randint(0, 99)} comments | Share | Reply")
@@ -97,7 +100,9 @@ def _arxiv(rng: random.Random) -> str:
     for _ in range(rng.randint(3, 6)):
         i, n = rng.choice("ijkmn"), rng.randint(2, 9)
         parts.append(f"Let $x_{i} \\in \\mathbb{{R}}^{n}$. The {_words(rng, _MATH, rng.randint(6, 14))}.")
-        parts.append(f"\\begin{{equation}} \\| T x_{i} \\| \\leq {n} \\sum_{{{i}=1}}^{{{n}}} |x_{i}|^2 \\end{{equation}}")
+        parts.append(
+            f"\\begin{{equation}} \\| T x_{i} \\| \\leq {n} \\sum_{{{i}=1}}^{{{n}}} |x_{i}|^2 \\end{{equation}}"
+        )
     return "\n".join(parts)
 
 
@@ -154,7 +159,9 @@ def write_sample_corpus(
     The same arguments give byte-identical files; existing files of the same names are replaced.
     """
     if train_docs < 7 or validation_docs < 7:
-        raise ValueError(f"need at least 7 documents per split (one per domain), got {train_docs}, {validation_docs}")
+        raise ValueError(
+            f"need at least 7 documents per split (one per domain), got {train_docs}, {validation_docs}"
+        )
     if train_shards < 1 or validation_shards < 1:
         raise ValueError(f"need at least one shard per split, got {train_shards}, {validation_shards}")
     out = Path(out_dir)
@@ -168,5 +175,11 @@ def write_sample_corpus(
         folder.mkdir(parents=True, exist_ok=True)
         for i in range(n_shards):
             _write_shard(folder / f"{stem}_{i}.jsonl.zst", records[i::n_shards])
-    logger.info("wrote the sample corpus (seed %d, %d train + %d validation docs) to %s", seed, train_docs, validation_docs, out)
+    logger.info(
+        "wrote the sample corpus (seed %d, %d train + %d validation docs) to %s",
+        seed,
+        train_docs,
+        validation_docs,
+        out,
+    )
     return out

@@ -166,7 +166,9 @@ def _zstd_chunks(raw: BinaryIO) -> Iterator[bytes]:
             try:
                 out = dobj.decompress(chunk)
             except zstandard.ZstdError as err:
-                raise TruncatedStreamError("truncated_zstd", f"corrupt zstd data near byte {offset}: {err}") from err
+                raise TruncatedStreamError(
+                    "truncated_zstd", f"corrupt zstd data near byte {offset}: {err}"
+                ) from err
             if out:
                 yield out
             if dobj.eof:

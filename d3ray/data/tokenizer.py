@@ -13,6 +13,7 @@ each document.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import tempfile
@@ -22,11 +23,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from d3ray.data.config import DataConfig, TokenizerConfig
+from d3ray.data.config import DataConfig
 from d3ray.data.records import iter_documents
 from d3ray.data.shards import Shard
 
 if TYPE_CHECKING:
+    from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
 logger = logging.getLogger(__name__)
@@ -87,11 +89,19 @@ def train_tokenizer(shards: Sequence[Shard], cfg: DataConfig, out_dir: str | Pat
     )
     texts = list(sample_training_texts(shards, cfg))
     tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_TOKEN, bos_token=EOS_TOKEN, unk_token=EOS_TOKEN)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token=EOS_TOKEN, bos_token=EOS_TOKEN, unk_token=EOS_TOKEN
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         fast.save_pretrained(str(tmp))
+        # Name the class every transformers version knows (5.x writes its own "TokenizersBackend").
+        config_file = tmp / "tokenizer_config.json"
+        config = json.loads(config_file.read_text())
+        config.pop("backend", None)
+        config["tokenizer_class"] = "PreTrainedTokenizerFast"
+        config_file.write_text(json.dumps(config, indent=2) + "\n")
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
@@ -99,7 +109,10 @@ def train_tokenizer(shards: Sequence[Shard], cfg: DataConfig, out_dir: str | Pat
         if tmp.exists():
             shutil.rmtree(tmp)
     logger.info(
-        "trained a byte-level BPE tokenizer (%d tokens, on %d docs) into %s", tok.get_vocab_size(), len(texts), out
+        "trained a byte-level BPE tokenizer (%d tokens, on %d docs) into %s",
+        tok.get_vocab_size(),
+        len(texts),
+        out,
     )
     return out
 
@@ -136,14 +149,39 @@ def ensure_tokenizer(cfg: DataConfig, shards: Sequence[Shard], run_dir: str | Pa
     return train_tokenizer(shards, cfg, out)
 
 
-def encode_texts(tokenizer: PreTrainedTokenizerFast, texts: Sequence[str]) -> list[np.ndarray]:
+def load_backend_tokenizer(path: str | Path) -> tuple[Tokenizer, int]:
+    """The ``tokenizers.Tokenizer`` behind a tokenizer directory, and its EOS id.
+
+    Reads ``tokenizer.json`` and the EOS token from ``tokenizer_config.json`` /
+    ``special_tokens_map.json`` directly when they are there (0.2 s instead of the 2-5 s of
+    importing transformers in every fresh Ray actor); otherwise goes through :func:`load_tokenizer`.
+    """
+    from tokenizers import Tokenizer
+
+    root = Path(path)
+    eos = _eos_token_from_files(root)
+    if (root / "tokenizer.json").is_file() and eos is not None:
+        backend = Tokenizer.from_file(str(root / "tokenizer.json"))
+        eos_id = backend.token_to_id(eos)
+        if eos_id is not None:
+            return backend, eos_id
+    tok = load_tokenizer(root)
+    return tok.backend_tokenizer, int(tok.eos_token_id)
+
+
+def _eos_token_from_files(root: Path) -> str | None:
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        file = root / name
+        if file.is_file():
+            eos = json.loads(file.read_text()).get("eos_token")
+            if isinstance(eos, dict):
+                eos = eos.get("content")
+            if isinstance(eos, str) and eos:
+                return eos
+    return None
+
+
+def encode_texts(backend: Tokenizer, texts: Sequence[str]) -> list[np.ndarray]:
     """Token ids of each text, without special tokens: a list of (n_i,) int32 arrays."""
-    encodings = tokenizer.backend_tokenizer.encode_batch(list(texts), add_special_tokens=False)
+    encodings = backend.encode_batch_fast(list(texts), add_special_tokens=False)
     return [np.asarray(e.ids, dtype=np.int32) for e in encodings]
-
-
-def describe_tokenizer(config: TokenizerConfig) -> str:
-    """One line for logs: where the tokenizer comes from."""
-    if config.path is not None:
-        return f"local tokenizer {config.path}"
-    return f"byte-level BPE, vocab {config.vocab_size}, trained on {config.train_docs} docs"

@@ -125,7 +125,10 @@ class ScheduleCoordinator:
             while chunk_id not in self._slots and self._error is None:
                 self._cond.wait(timeout=1.0)
             if self._error is not None:
-                raise RuntimeError(f"schedule coordinator failed while producing chunk {chunk_id}") from self._error
+                err = self._error
+                raise RuntimeError(
+                    f"schedule coordinator failed while producing chunk {chunk_id}: {type(err).__name__}: {err}"
+                ) from err
             slot = self._slots[chunk_id]
         decision = self._decide(slot)
         with self._cond:

@@ -142,8 +142,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             batch = ray.get(pending)
             pending = batch_refs[i + 1] if i + 1 < len(batch_refs) else None
             rows = slice(rank * per_rank, (rank + 1) * per_rank)
-            ids_all = torch.as_tensor(np.asarray(batch.input_ids[rows]), dtype=torch.long)
-            n_all = torch.as_tensor(np.asarray(batch.n_tokens[rows]), dtype=torch.long)
+            ids_all = torch.tensor(batch.input_ids[rows], dtype=torch.long)
+            n_all = torch.tensor(batch.n_tokens[rows], dtype=torch.long)
             if tcfg.fail_at_step == state.step and rank == 0 and not fail_marker.exists():
                 fail_marker.touch()
                 logger.warning("fault injection: rank 0 exits at step %d", state.step)

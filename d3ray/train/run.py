@@ -70,7 +70,9 @@ def start_ray(ray_cfg: RayClusterConfig, env: dict[str, str]) -> bool:
 
 def prepare_data(cfg: RunConfig) -> PreparedData:
     """Resolve shards (generating the sample corpus if none are configured) and the tokenizer."""
-    from d3ray.data import ensure_tokenizer, list_shards, load_tokenizer, write_sample_corpus
+    from d3ray.data.sample import write_sample_corpus
+    from d3ray.data.shards import list_shards
+    from d3ray.data.tokenizer import ensure_tokenizer, load_tokenizer
 
     data = cfg.data
     if not data.train_paths:
@@ -85,7 +87,7 @@ def prepare_data(cfg: RunConfig) -> PreparedData:
         )
     train_shards = list_shards(data.train_paths)
     validation_shards = list_shards(data.validation_paths) if data.validation_paths else []
-    tokenizer_dir = Path(ensure_tokenizer(data.tokenizer, train_shards, cfg.run_dir, data))
+    tokenizer_dir = Path(ensure_tokenizer(data, train_shards, cfg.run_dir))
     tokenizer = load_tokenizer(tokenizer_dir)
     eos_id = tokenizer.eos_token_id
     return PreparedData(data, train_shards, validation_shards, tokenizer_dir, len(tokenizer), eos_id)
@@ -96,7 +98,8 @@ def build_chunk_stream(
     shuffle_buffer: int, seed: int,
 ) -> ChunkStream:
     """The run's deterministic chunk stream over Ray Data (built inside the coordinator actor)."""
-    from d3ray.data import BadRecordLedger, iter_packed_sequences
+    from d3ray.data.pipeline import iter_packed_sequences
+    from d3ray.data.records import BadRecordLedger
 
     ledger = BadRecordLedger()
 
@@ -108,11 +111,11 @@ def build_chunk_stream(
 
 def load_eval_sets(cfg: RunConfig, prepared: PreparedData) -> dict[str, Any]:
     """Per-domain validation sequences plus ``ood:<file>`` sets, as (n, T) int32 arrays."""
-    from d3ray.data import load_eval_sequences, load_text_file_sequences
+    from d3ray.data.evaluation import load_eval_sequences, load_text_file_sequences
 
     sets: dict[str, Any] = {}
-    if prepared.validation_shards:
-        sets.update(load_eval_sequences(prepared.validation_shards, prepared.data, prepared.tokenizer_dir,
+    if prepared.data.validation_paths:
+        sets.update(load_eval_sequences(prepared.data.validation_paths, prepared.data, prepared.tokenizer_dir,
                                         cfg.eval.max_sequences_per_domain))
     for path in cfg.eval.ood_text_paths:
         name = f"ood:{Path(path).stem}"

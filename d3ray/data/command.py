@@ -1,0 +1,63 @@
+"""``d3ray data``: generate the sample corpus, inspect a corpus.
+
+d3ray data sample --out DIR [--seed N] [--train-docs N] [--validation-docs N]
+d3ray data inspect PATH [PATH ...] [--tokenizer DIR] [--layout auto] [--domains any] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from d3ray.data.config import DEFAULT_DOMAINS, LAYOUTS
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("data", help="generate a sample corpus or inspect one")
+    sub = parser.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+
+    sample = sub.add_parser("sample", help="write the deterministic generated SlimPajama-format corpus")
+    sample.add_argument(
+        "--out", required=True, help="output folder (train/ and validation/ are created in it)"
+    )
+    sample.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+    sample.add_argument("--train-docs", type=int, default=2000, help="training documents (default 2000)")
+    sample.add_argument("--validation-docs", type=int, default=280, help="validation documents (default 280)")
+    sample.add_argument("--train-shards", type=int, default=4, help="training shard files (default 4)")
+    sample.set_defaults(func=_sample)
+
+    insp = sub.add_parser("inspect", help="records, tokens and bad records per domain and per shard")
+    insp.add_argument(
+        "paths", nargs="+", metavar="PATH", help="folder, glob or URI of .jsonl[.zst|.gz] shards"
+    )
+    insp.add_argument("--tokenizer", default=None, help="tokenizer directory (default: count words)")
+    insp.add_argument("--layout", choices=LAYOUTS, default="auto", help="corpus layout (default auto)")
+    insp.add_argument(
+        "--domains",
+        default=",".join(DEFAULT_DOMAINS),
+        help="comma-separated known domains, or 'any' (default: the 7 SlimPajama sets)",
+    )
+    insp.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    insp.set_defaults(func=_inspect)
+
+
+def _sample(args: argparse.Namespace) -> int:
+    from d3ray.data.sample import write_sample_corpus
+
+    out = write_sample_corpus(
+        args.out,
+        seed=args.seed,
+        train_docs=args.train_docs,
+        validation_docs=args.validation_docs,
+        train_shards=args.train_shards,
+    )
+    print(f"wrote the sample corpus to {out} (train/ and validation/)")
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from d3ray.data.report import inspect
+
+    domains = None if args.domains == "any" else [d for d in args.domains.split(",") if d]
+    report = inspect(args.paths, tokenizer_dir=args.tokenizer, layout=args.layout, domains=domains)
+    print(report.to_json() if args.json else report.format_table())
+    return 0

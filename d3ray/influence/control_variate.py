@@ -1,0 +1,167 @@
+"""Control variate for sketched inner products: exact terms along reference directions, sketch the rest.
+
+Why: S[i, j] = (γ²/2)(⟨q_j, h_i⟩ − ⟨q_i, h_j⟩) with q = g ⊙ g ≥ 0 is a small difference of two inner
+products of vectors that share a large common part (every q_i is close to the mean q̄). The error of a
+JL estimate ⟨Pu, Pv⟩ scales with ‖u‖·‖v‖/√k, so most of the sketch noise in S comes from that common
+part. Decompose each vector along a unit reference direction r̂ (e.g. the previous chunk's mean, kept in
+full dimension), u = a·r̂ + u⊥ with a = ⟨u, r̂⟩; then
+
+    ⟨q_i, h_j⟩ = a_i b_j c + a_i ⟨r̂_q, h⊥_j⟩ + b_j ⟨q⊥_i, r̂_h⟩ + ⟨q⊥_i, h⊥_j⟩,   c = ⟨r̂_q, r̂_h⟩,
+
+where the first three terms are exact (full-dimension dot products, computed per batch) and only the
+residual term is sketched, with variance ‖q⊥‖²‖h⊥‖²/k instead of ‖q‖²‖h‖²/k. The estimate stays
+unbiased for any fixed reference. The exact terms are written as three extra coordinates, so that the
+augmented rows keep the form A = −γ·G Gᵀ + (γ²/2)·Q Hᵀ (and merge like plain sketches):
+
+    Q'_i = [P q_i − a_i P r̂_q,  a_i,  a_i,  ⟨q_i, r̂_h⟩ − a_i c]
+    H'_j = [P h_j − b_j P r̂_h,  c b_j,  ⟨h_j, r̂_q⟩ − b_j c,  b_j]
+    G'_i = [P g_i − α_i P r̂_g,  α_i,  0,  0]        (α_i = ⟨g_i, r̂_g⟩, a projection: G'G'ᵀ stays a Gram)
+
+Linearity is kept (P q⊥ = P q − a·P r̂), so shards may sketch and dot their slices and sum. Every worker
+of a chunk must use the same reference, or the rows cannot be multiplied together: the reference
+carries a content hash (``reference_id``) that the merge checks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from d3ray.influence.sketch import Sketch
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["EXTRA_COLUMNS", "STATISTICS", "ControlVariate", "Reference", "mean_reference"]
+
+#: The three per-batch statistics: gradient g, squared gradient q = g ⊙ g, Hessian diagonal h.
+STATISTICS = ("g", "q", "h")
+#: Columns appended to every sketch row by the control variate.
+EXTRA_COLUMNS = 3
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Full-dimension reference vectors, one per statistic, shared by all workers of a chunk.
+
+    Attributes:
+        vectors: statistic ("g", "q", "h") → parameter name → array shaped like the parameter. A
+            statistic may be missing (then it gets no control variate).
+        count: number of batches averaged into it (for merging partial means); informational.
+    """
+
+    vectors: Mapping[str, Mapping[str, np.ndarray]]
+    count: int = 0
+
+    @property
+    def reference_id(self) -> str:
+        """Content hash of the vectors: equal references have equal ids in every process."""
+        digest = hashlib.blake2b(digest_size=12)
+        for stat in sorted(self.vectors):
+            for name in sorted(self.vectors[stat]):
+                arr = np.ascontiguousarray(self.vectors[stat][name], dtype=np.float64)
+                digest.update(f"{stat}/{name}/{arr.shape}".encode())
+                digest.update(arr.tobytes())
+        return digest.hexdigest()
+
+
+def mean_reference(parts: Sequence[Reference]) -> Reference:
+    """Count-weighted mean of partial references (e.g. the per-worker means of the previous chunk).
+
+    Raises:
+        ValueError: no part has a positive count, or the parts disagree on statistics / parameters.
+    """
+    parts = [p for p in parts if p.count > 0]
+    if not parts:
+        raise ValueError("mean_reference: no part holds any batch")
+    total = sum(p.count for p in parts)
+    keys = {stat: sorted(vecs) for stat, vecs in parts[0].vectors.items()}
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for stat, names in keys.items():
+        out[stat] = {}
+        for name in names:
+            try:
+                acc = sum(np.asarray(p.vectors[stat][name], dtype=np.float64) * p.count for p in parts)
+            except KeyError as err:
+                raise ValueError(f"mean_reference: a part lacks {stat}/{err.args[0]}") from None
+            out[stat][name] = (acc / total).astype(np.float32)
+    return Reference(vectors=out, count=total)
+
+
+class ControlVariate:
+    """Applies one reference to batches' sketches; see the module docstring for the algebra.
+
+    Args:
+        reference: the shared reference (numpy, full dimension).
+        sketch: the run's sketch P.
+        device, dtype: where the statistics live.
+    """
+
+    def __init__(self, reference: Reference, sketch: Sketch, device: torch.device, dtype: torch.dtype) -> None:
+        self.reference_id = reference.reference_id
+        self.unit: dict[str, dict[str, torch.Tensor]] = {}
+        self.sketched: dict[str, torch.Tensor] = {}  # stat → (k,) P r̂
+        for stat, vecs in reference.vectors.items():
+            tensors = {n: torch.as_tensor(np.asarray(v), device=device).to(dtype) for n, v in vecs.items()}
+            norm = torch.sqrt(sum((t.double() ** 2).sum() for t in tensors.values()))
+            if not torch.isfinite(norm) or norm == 0:
+                continue  # no usable direction: this statistic is sketched plainly
+            self.unit[stat] = {n: (t / norm.to(dtype)) for n, t in tensors.items()}
+            self.sketched[stat] = sketch.project({n: t.unsqueeze(0) for n, t in self.unit[stat].items()})[0]
+        self.cross = self._dot(self.unit.get("q"), self.unit.get("h"))  # c = ⟨r̂_q, r̂_h⟩
+
+    @staticmethod
+    def _dot(u: Mapping[str, torch.Tensor] | None, v: Mapping[str, torch.Tensor] | None) -> torch.Tensor | float:
+        """⟨u, v⟩ over the parameters both hold; u may carry a leading batch dim (n, *shape) → (n,)."""
+        if u is None or v is None:
+            return 0.0
+        total = 0.0
+        for name, vt in v.items():
+            ut = u[name]
+            total = total + (ut * vt).reshape(*ut.shape[: ut.dim() - vt.dim()], -1).sum(-1)
+        return total
+
+    def augment(
+        self,
+        stats: Mapping[str, Mapping[str, torch.Tensor]],
+        sketches: Mapping[str, torch.Tensor],
+    ) -> dict[str, torch.Tensor]:
+        """Rows with the reference terms made exact.
+
+        Args:
+            stats: statistic → name → (n, *shape) full-dimension vectors of n batches.
+            sketches: statistic → (n, k) plain sketches P g, P q, P h of the same vectors.
+
+        Returns:
+            statistic → (n, k + EXTRA_COLUMNS) rows G', Q', H' of the module docstring, for the
+            statistics in ``sketches`` ("q" and "h" only together).
+        """
+        n = next(iter(sketches.values())).shape[0]
+        ref = next(iter(sketches.values()))
+        zero = torch.zeros(n, dtype=ref.dtype, device=ref.device)
+
+        def along(stat: str) -> tuple[torch.Tensor, torch.Tensor]:
+            """(coefficient a (n,), residual sketch (n, k)) of stat along its own reference direction."""
+            if stat not in self.unit:
+                return zero, sketches[stat]
+            a = self._dot(stats[stat], self.unit[stat])
+            return a, sketches[stat] - a[:, None] * self.sketched[stat][None, :]
+
+        out = {}
+        as_col = lambda x: (x if torch.is_tensor(x) else zero + x)[:, None]  # noqa: E731
+        if "g" in sketches:
+            alpha, g_res = along("g")
+            out["g"] = torch.cat([g_res, as_col(alpha), as_col(zero), as_col(zero)], dim=1)
+        if "q" in sketches and "h" in sketches:
+            a, q_res = along("q")
+            b, h_res = along("h")
+            c = self.cross
+            q_cross = self._dot(stats["q"], self.unit.get("h")) - a * c  # ⟨q⊥_i, r̂_h⟩
+            h_cross = self._dot(stats["h"], self.unit.get("q")) - b * c  # ⟨r̂_q, h⊥_j⟩
+            out["q"] = torch.cat([q_res, as_col(a), as_col(a), as_col(q_cross)], dim=1)
+            out["h"] = torch.cat([h_res, as_col(b * c), as_col(h_cross), as_col(b)], dim=1)
+        return out

@@ -1,0 +1,214 @@
+"""Influence matrices A and S of a chunk from per-batch sketches (pure numpy, no Ray).
+
+ARCHITECTURE.md section 1: with the rows of G, Q, H (L x k) the sketches P g_i, P(g_i ⊙ g_i), P h_i,
+
+    A = −γ · G Gᵀ + (γ²/2) · Q Hᵀ        A[i, j] ≈ I[i→j] = ℓ(B_j; θ − γ g_i) − ℓ(B_j; θ)
+    S = Aᵀ − A = (γ²/2) · (H Qᵀ − Q Hᵀ)   S[i, j] > 0: "train i before j"
+
+S is computed from the second form: the symmetric first-order term cancels analytically instead of
+numerically (it is much larger than S for small γ), and S is antisymmetric to the last bit.
+
+Bad batches do not lose the chunk: a batch whose loss, gradient or statistics are not finite is
+*excluded*: its rows of G, Q, H are zeroed, so its row and column of A and S are zero (no preference;
+the solver leaves it where the tie-break puts it), and it is counted and reported.
+
+:class:`BatchSketches` is what a worker returns for its share of a chunk; :func:`influence_from_sketches`
+merges the shares of several workers in the chunk's batch order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from d3ray.influence.control_variate import Reference
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "BatchSketches",
+    "LookaheadRows",
+    "influence_from_lookahead",
+    "influence_from_sketches",
+    "influence_matrices",
+    "nonfinite_rows",
+]
+
+
+@dataclass
+class BatchSketches:
+    """Sketches of n batches of a chunk, computed by one worker at one weights snapshot.
+
+    Attributes:
+        batch_ids: (n,) ids of the batches, in row order.
+        G: (n, k') rows P g_i (k' = k, or k + 3 with the control variate); zero for excluded batches.
+        Q: (n, k') rows P(g_i ⊙ g_i).
+        H: (n, k') rows P h_i (zero for ``first_order``).
+        losses: (n,) ℓ(B_i; θ) on the sampled sequences (NaN/inf kept for excluded batches).
+        excluded: ids of the batches whose loss or statistics were not finite.
+        timings: seconds per phase, keys ``influence/<phase>_sec``.
+        estimator: the estimator that made them.
+        sketch_id: identifies P and the control-variate reference; rows with different ids cannot be
+            multiplied together and :func:`influence_from_sketches` refuses to merge them.
+        means: full-dimension means of g, q, h over this share's finite batches (to build the next
+            chunk's control-variate reference with :func:`~d3ray.influence.control_variate.mean_reference`);
+            None unless asked for.
+    """
+
+    batch_ids: list[int]
+    G: np.ndarray
+    Q: np.ndarray
+    H: np.ndarray
+    losses: np.ndarray
+    excluded: list[int] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    estimator: str = ""
+    sketch_id: str = ""
+    means: Reference | None = None
+
+
+@dataclass
+class LookaheadRows:
+    """Rows of the exact look-ahead A (``lookahead`` estimator), computed by one worker.
+
+    Attributes:
+        batch_ids: (L,) ids of all batches of the chunk, the column order of ``A_rows``.
+        row_ids: (R,) ids of the batches i whose rows were computed.
+        A_rows: (R, L) A_rows[r, j] = I[row_ids[r] → batch_ids[j]]; NaN where not finite.
+        losses: (L,) ℓ(B_j; θ).
+        excluded: ids whose gradient (rows) or loss (all) was not finite.
+        timings: seconds per phase.
+    """
+
+    batch_ids: list[int]
+    row_ids: list[int]
+    A_rows: np.ndarray
+    losses: np.ndarray
+    excluded: list[int] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def nonfinite_rows(*mats: np.ndarray) -> np.ndarray:
+    """(L,) bool: rows with a NaN/inf entry in any of the (L, k) matrices."""
+    bad = np.zeros(mats[0].shape[0], dtype=bool)
+    for m in mats:
+        bad |= ~np.isfinite(m).all(axis=1)
+    return bad
+
+
+def influence_matrices(
+    G: np.ndarray, Q: np.ndarray, H: np.ndarray, gamma: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """A = −γ·G Gᵀ + (γ²/2)·Q Hᵀ and S = Aᵀ − A = (γ²/2)(H Qᵀ − Q Hᵀ), in float64.
+
+    Args:
+        G, Q, H: (L, k) sketches P g_i, P(g_i ⊙ g_i), P h_i. Rows with a NaN/inf are treated as
+            excluded batches (zero row and column in A and S).
+        gamma: look-ahead step γ > 0.
+
+    Returns:
+        (A, S), both (L, L) float64; S exactly antisymmetric with a zero diagonal.
+    """
+    if not (G.shape == Q.shape == H.shape) or G.ndim != 2:
+        raise ValueError(f"G, Q, H must be (L, k) of one shape, got {G.shape}, {Q.shape}, {H.shape}")
+    bad = nonfinite_rows(G, Q, H)
+    G, Q, H = (np.where(bad[:, None], 0.0, np.asarray(m, dtype=np.float64)) for m in (G, Q, H))
+    gram = G @ G.T  # (L, L)
+    gram = 0.5 * (gram + gram.T)  # exactly symmetric, whatever the BLAS summation order
+    M = Q @ H.T  # (L, L) M[i, j] ≈ g_iᵀ diag(h_j) g_i
+    A = -gamma * gram + 0.5 * gamma**2 * M
+    S = 0.5 * gamma**2 * (M.T - M)
+    if bad.any():
+        logger.info("influence: %d of %d batches excluded (non-finite sketch rows)", int(bad.sum()), len(bad))
+    return A, S
+
+
+def influence_from_sketches(
+    parts: Sequence[BatchSketches], order: Sequence[int], gamma: float
+) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Merge the sketches of several workers into the chunk's A and S.
+
+    Args:
+        parts: BatchSketches from the workers (any split of the chunk's batches).
+        order: the chunk's batch ids; row/column t of A and S is batch order[t].
+        gamma: look-ahead step γ.
+
+    Returns:
+        (A, S, excluded): (L, L) float64 each, and the excluded batch ids in chunk order.
+
+    Raises:
+        ValueError: a batch id is missing or duplicated, or parts disagree on estimator, width or
+            sketch id (different P or control-variate reference).
+    """
+    if not parts:
+        raise ValueError("influence_from_sketches: no parts")
+    first = parts[0]
+    for p in parts[1:]:
+        if p.sketch_id != first.sketch_id or p.estimator != first.estimator or p.G.shape[1] != first.G.shape[1]:
+            raise ValueError(
+                "influence_from_sketches: parts were made with different sketches/references or estimators "
+                f"({first.estimator}/{first.sketch_id}/{first.G.shape[1]} vs {p.estimator}/{p.sketch_id}/{p.G.shape[1]})"
+            )
+    where: dict[int, tuple[int, int]] = {}
+    for pi, p in enumerate(parts):
+        for r, bid in enumerate(p.batch_ids):
+            if bid in where:
+                raise ValueError(f"influence_from_sketches: batch id {bid} appears in two parts")
+            where[bid] = (pi, r)
+    missing = [b for b in order if b not in where]
+    if missing or len(set(order)) != len(order):
+        raise ValueError(f"influence_from_sketches: order has ids without sketches or duplicates: {missing}")
+
+    def stack(attr: str) -> np.ndarray:
+        return np.stack([getattr(parts[where[b][0]], attr)[where[b][1]] for b in order]).astype(np.float64)
+
+    G, Q, H = stack("G"), stack("Q"), stack("H")
+    flagged = {b for p in parts for b in p.excluded}
+    bad = nonfinite_rows(G, Q, H) | np.array([b in flagged for b in order])
+    for m in (G, Q, H):
+        m[bad] = 0.0
+    A, S = influence_matrices(G, Q, H, gamma)
+    return A, S, [b for b, is_bad in zip(order, bad, strict=True) if is_bad]
+
+
+def influence_from_lookahead(
+    parts: Sequence[LookaheadRows], order: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Assemble the exact look-ahead A from row blocks and S = Aᵀ − A.
+
+    Args:
+        parts: LookaheadRows whose row_ids together cover ``order`` once.
+        order: the chunk's batch ids (row/column order of A and S).
+
+    Returns:
+        (A, S, excluded) as in :func:`influence_from_sketches`; excluded batches (listed by the parts:
+        bad gradient or bad loss) have zero rows and columns; any other non-finite entry becomes 0.
+    """
+    L = len(order)
+    pos = {b: t for t, b in enumerate(order)}
+    if len(pos) != L:
+        raise ValueError("influence_from_lookahead: duplicate ids in order")
+    A = np.full((L, L), np.nan)
+    seen: set[int] = set()
+    flagged: set[int] = set()
+    for p in parts:
+        cols = [pos[b] for b in p.batch_ids]
+        for r, bid in enumerate(p.row_ids):
+            if bid in seen:
+                raise ValueError(f"influence_from_lookahead: row {bid} appears in two parts")
+            seen.add(bid)
+            A[pos[bid], cols] = p.A_rows[r]
+        flagged.update(p.excluded)
+    if seen != set(order):
+        raise ValueError(f"influence_from_lookahead: rows missing for {sorted(set(order) - seen)}")
+    bad = np.array([b in flagged for b in order])
+    A[bad, :] = 0.0
+    A[:, bad] = 0.0
+    stray = ~np.isfinite(A)  # a single stepped loss that blew up: no preference for that pair
+    if stray.any():
+        logger.warning("influence_from_lookahead: %d non-finite entries of A set to 0", int(stray.sum()))
+        A[stray] = 0.0
+    return A, A.T - A, [b for b, is_bad in zip(order, bad, strict=True) if is_bad]

@@ -1,0 +1,35 @@
+"""Shared fixtures: one real local Ray instance for the whole session, and the shared data path."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+
+def shared_data(*parts: str) -> Path:
+    """A path under ../shared/data, or skip the test with the reason."""
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"shared data not found at {path} (it lives beside the repository, in ../shared/data)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A real local Ray instance (4 logical CPUs on any box), shared by every Ray test of the session."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=4, include_dashboard=True, log_to_driver=False)
+    yield ray
+    ray.shutdown()

@@ -1,0 +1,101 @@
+"""The Ray Data stream (read → tokenize actor pool → pack) on a generated corpus with bad records."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import zstandard
+
+from d3ray.data import (
+    BadRecordFractionError,
+    BadRecordLedger,
+    DataConfig,
+    SequencePacker,
+    TokenizedDocument,
+    TokenizerConfig,
+    iter_documents,
+    list_shards,
+    write_sample_corpus,
+)
+from d3ray.data.pipeline import iter_packed_sequences
+from d3ray.data.tokenizer import encode_texts, load_backend_tokenizer, train_tokenizer
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    old = os.environ.get("RAY_DATA_DISABLE_PROGRESS_BARS")
+    os.environ["RAY_DATA_DISABLE_PROGRESS_BARS"] = "1"
+    ray.init(num_cpus=2, include_dashboard=False)
+    yield
+    ray.shutdown()
+    if old is None:
+        os.environ.pop("RAY_DATA_DISABLE_PROGRESS_BARS")
+    else:
+        os.environ["RAY_DATA_DISABLE_PROGRESS_BARS"] = old
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = write_sample_corpus(
+        tmp_path_factory.mktemp("corpus"), train_docs=240, validation_docs=14, train_shards=3
+    )
+    good = [
+        json.dumps({"text": f"extra {i}", "meta": {"redpajama_set_name": "RedPajamaC4"}}) for i in range(3000)
+    ]
+    lines = good[:2] + ["{not json"] + good[2:]
+    blob = zstandard.ZstdCompressor().compress(("\n".join(lines) + "\n").encode())
+    (root / "train" / "chunk1" / "example_train_9.jsonl.zst").write_bytes(
+        blob[: len(blob) * 3 // 4]
+    )  # truncated
+    cfg = DataConfig(
+        seq_len=64,
+        tokenize_actors=2,
+        tokenize_batch_size=64,
+        max_bad_fraction=0.01,
+        min_records_before_check=100,
+        tokenizer=TokenizerConfig(vocab_size=500, train_docs=200),
+    )
+    shards = list_shards(str(root / "train"))
+    return shards, cfg, train_tokenizer(shards, cfg, root / "tokenizer")
+
+
+def reference_sequences(shards, cfg, tok):
+    """The same stream without Ray: reader → tokenizer → packer, one document at a time."""
+    backend, eos = load_backend_tokenizer(tok)
+    packer = SequencePacker(cfg.seq_len, eos)
+    out = []
+    for shard in shards:
+        for doc in iter_documents(shard, cfg.layout, cfg.domains, cfg.max_record_bytes):
+            if not doc.is_bad:
+                (ids,) = encode_texts(backend, [doc.text])
+                out += packer.feed(TokenizedDocument(ids, doc.domain, doc.shard, doc.line))
+    return out + packer.flush(cfg.domains)
+
+
+def test_iter_packed_sequences_matches_pure_reference_and_counts_bad_records(ray_local, corpus):
+    shards, cfg, tok = corpus
+    ledger = BadRecordLedger()
+    got = list(iter_packed_sequences(shards, cfg, tok, ledger))
+    expected = reference_sequences(shards, cfg, tok)
+    assert [s.sample_id for s in got] == [s.sample_id for s in expected]
+    assert [s.domain for s in got] == [s.domain for s in expected]
+    np.testing.assert_array_equal(np.stack([s.tokens for s in got]), np.stack([s.tokens for s in expected]))
+    assert len(got) > 100 and len({s.sample_id for s in got}) == len(got)
+    bad_shard = "train/chunk1/example_train_9.jsonl.zst"
+    assert ledger.bad_by_reason() == {"malformed_json": 1, "truncated_zstd": 1}
+    assert ledger.first_lines[(bad_shard, "malformed_json")] == [3]
+    assert ledger.good[bad_shard] > 1000  # the truncated shard's good lines are all kept
+    assert ledger.total_good == 240 + ledger.good[bad_shard]
+
+
+def test_iter_packed_sequences_too_many_bad_records_stops_with_clear_error(ray_local, corpus):
+    shards, cfg, tok = corpus
+    strict = DataConfig(seq_len=64, max_bad_fraction=0.0, min_records_before_check=0)
+    with pytest.raises(BadRecordFractionError, match=r"worst file train/chunk1/example_train_9\.jsonl\.zst"):
+        for _ in iter_packed_sequences(shards[-1:], strict, tok):
+            pass

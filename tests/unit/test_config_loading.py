@@ -1,0 +1,49 @@
+"""RunConfig from YAML + dotted overrides: types checked, unknown keys named."""
+
+import pytest
+
+from d3ray.config import RunConfig
+from d3ray.config_loading import ConfigError, apply_overrides, from_dict, load_config, to_dict
+from d3ray.schedule.config import RandomScheduleConfig, SequentialScheduleConfig
+
+
+def test_load_config_yaml_and_overrides_apply_in_order(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("name: a\ntrain:\n  steps: 50\nschedule:\n  type: sequential\n  L: 4\n")
+    cfg = load_config(RunConfig, path, ["--train.steps=200", "--data.train_paths=[x, y]"])
+    assert cfg.name == "a"
+    assert cfg.train.steps == 200
+    assert cfg.data.train_paths == ["x", "y"]
+    assert isinstance(cfg.schedule, SequentialScheduleConfig) and cfg.schedule.L == 4
+
+
+def test_load_config_unknown_nested_key_names_the_path(tmp_path):
+    with pytest.raises(ConfigError, match=r"train\.stepz"):
+        load_config(RunConfig, None, ["--train.stepz=3"])
+
+
+def test_load_config_wrong_type_names_key_and_value():
+    with pytest.raises(ConfigError, match=r"train\.steps.*'ten'"):
+        load_config(RunConfig, None, ["--train.steps=ten"])
+
+
+def test_load_config_unknown_schedule_type_lists_known():
+    with pytest.raises(ConfigError, match=r"schedule\.type.*known:.*random"):
+        load_config(RunConfig, None, ["--schedule.type=nope"])
+
+
+def test_load_config_invalid_value_reports_field_validation():
+    with pytest.raises(ConfigError, match="global_batch_size"):
+        load_config(RunConfig, None, ["--train.global_batch_size=7"])
+
+
+def test_config_round_trip_through_dict_is_identity():
+    cfg = load_config(RunConfig, None, ["--schedule.type=random", "--schedule.L=5", "--model.overrides={n_layer: 3}"])
+    again = from_dict(RunConfig, to_dict(cfg))
+    assert again == cfg
+    assert isinstance(again.schedule, RandomScheduleConfig)
+
+
+def test_apply_overrides_rejects_value_without_equals():
+    with pytest.raises(ConfigError, match="key.path=value"):
+        apply_overrides({}, ["--train.steps"])
