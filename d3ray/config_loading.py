@@ -48,6 +48,11 @@ def from_dict(cls: type[C], data: dict[str, Any] | None, path: str = "") -> C:
         raise ConfigError(
             f"unknown key {_join(path, unknown[0])!r} for {cls.__name__}; known keys: {', '.join(sorted(fields))}"
         )
+    for name, value in data.items():  # a choice given without `type` keeps the default's type
+        if isinstance(value, dict) and "type" not in value:
+            default = _default(fields[name])
+            if getattr(default, "type_name", ""):
+                data[name] = {"type": default.type_name, **value}
     kwargs = {name: _convert(hints[name], value, _join(path, name)) for name, value in data.items()}
     try:
         return cls(**kwargs)
@@ -145,7 +150,7 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
             raise ConfigError(f"{path}: expected a mapping, got {value!r}")
         _, val_tp = get_args(tp) or (Any, Any)
         return {str(k): _convert(val_tp, v, f"{path}.{k}") for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
+    if dataclasses.is_dataclass(tp) or (isinstance(tp, type) and issubclass(tp, ChoiceConfig)):
         if dataclasses.is_dataclass(value):
             return value
         if not isinstance(value, dict):
@@ -177,6 +182,14 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
             return str(value)
         raise ConfigError(f"{path}: expected a string, got {value!r}")
     return value
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
 
 
 def _join(path: str, key: str) -> str:

@@ -95,7 +95,9 @@ class GaussianSketchConfig(SketchConfig):
         if self.block_size < 1:
             raise ValueError(f"sketch.block_size must be >= 1, got {self.block_size}")
         if self.distribution not in ("gaussian", "rademacher"):
-            raise ValueError(f"sketch.distribution must be 'gaussian' or 'rademacher', got {self.distribution!r}")
+            raise ValueError(
+                f"sketch.distribution must be 'gaussian' or 'rademacher', got {self.distribution!r}"
+            )
         if self.cache_mb < 0:
             raise ValueError(f"sketch.cache_mb must be >= 0, got {self.cache_mb}")
 
@@ -168,7 +170,9 @@ class InfluenceConfig:
             try:
                 re.compile(self.param_filter)
             except re.error as err:
-                raise ValueError(f"param_filter is not a valid regex: {self.param_filter!r} ({err})") from None
+                raise ValueError(
+                    f"param_filter is not a valid regex: {self.param_filter!r} ({err})"
+                ) from None
         if not 0.0 < self.sample_fraction <= 1.0:
             raise ValueError(f"sample_fraction must be in (0, 1], got {self.sample_fraction}")
         if self.seed < 0:

@@ -101,7 +101,9 @@ class ControlVariate:
         device, dtype: where the statistics live.
     """
 
-    def __init__(self, reference: Reference, sketch: Sketch, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(
+        self, reference: Reference, sketch: Sketch, device: torch.device, dtype: torch.dtype
+    ) -> None:
         self.reference_id = reference.reference_id
         self.unit: dict[str, dict[str, torch.Tensor]] = {}
         self.sketched: dict[str, torch.Tensor] = {}  # stat → (k,) P r̂
@@ -115,7 +117,9 @@ class ControlVariate:
         self.cross = self._dot(self.unit.get("q"), self.unit.get("h"))  # c = ⟨r̂_q, r̂_h⟩
 
     @staticmethod
-    def _dot(u: Mapping[str, torch.Tensor] | None, v: Mapping[str, torch.Tensor] | None) -> torch.Tensor | float:
+    def _dot(
+        u: Mapping[str, torch.Tensor] | None, v: Mapping[str, torch.Tensor] | None
+    ) -> torch.Tensor | float:
         """⟨u, v⟩ over the parameters both hold; u may carry a leading batch dim (n, *shape) → (n,)."""
         if u is None or v is None:
             return 0.0

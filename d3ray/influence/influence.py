@@ -147,7 +147,11 @@ def influence_from_sketches(
         raise ValueError("influence_from_sketches: no parts")
     first = parts[0]
     for p in parts[1:]:
-        if p.sketch_id != first.sketch_id or p.estimator != first.estimator or p.G.shape[1] != first.G.shape[1]:
+        if (
+            p.sketch_id != first.sketch_id
+            or p.estimator != first.estimator
+            or p.G.shape[1] != first.G.shape[1]
+        ):
             raise ValueError(
                 "influence_from_sketches: parts were made with different sketches/references or estimators "
                 f"({first.estimator}/{first.sketch_id}/{first.G.shape[1]} vs {p.estimator}/{p.sketch_id}/{p.G.shape[1]})"

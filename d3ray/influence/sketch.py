@@ -191,7 +191,9 @@ class GaussianSketch:
         self, k: int, seed: int, block_size: int = 512, distribution: str = "gaussian", cache_bytes: int = 0
     ) -> None:
         if k < 1 or block_size < 1 or distribution not in ("gaussian", "rademacher"):
-            raise ValueError(f"GaussianSketch: bad k={k}, block_size={block_size}, distribution={distribution!r}")
+            raise ValueError(
+                f"GaussianSketch: bad k={k}, block_size={block_size}, distribution={distribution!r}"
+            )
         self.k, self.seed, self.block_size, self.distribution = k, seed, block_size, distribution
         self._cache: dict[tuple, torch.Tensor] = {}
         self._cache_left = cache_bytes

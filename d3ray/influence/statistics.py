@@ -70,7 +70,9 @@ class CrossEntropyObjective:
 
     def loss_from_logits(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Mean cross-entropy over the scored positions; logits (..., C), labels (...)."""
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=IGNORE_INDEX)
+        return F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=IGNORE_INDEX
+        )
 
     def loss(self, params: Params) -> torch.Tensor:
         """Scalar mean loss of the batch at ``params``."""
@@ -276,7 +278,9 @@ def lookahead_influence(
     return out, base, row_finite
 
 
-def taylor_influence(objectives: Sequence[CrossEntropyObjective], params: Params, gamma: float) -> torch.Tensor:
+def taylor_influence(
+    objectives: Sequence[CrossEntropyObjective], params: Params, gamma: float
+) -> torch.Tensor:
     """Second-order Taylor influence with the exact Hessian: A[i, j] = −γ⟨g_i, g_j⟩ + (γ²/2) g_iᵀ H_j g_i.
 
     L gradients plus L² Hessian-vector products; a diagnostic that separates the Taylor truncation

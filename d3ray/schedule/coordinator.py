@@ -245,7 +245,7 @@ class ScheduleCoordinator:
             weights = None
             if self._needs_weights:
                 version, weights = self._wait_for_weights(chunk.chunk_id - self._staleness)
-            pending = self._scheduler.submit(chunk, weights)
+            pending = self._scheduler.submit(chunk, refs, weights)
         with self._cond:
             self._slots[chunk.chunk_id] = _Slot(chunk, refs, pending, version)
             self._next_id = chunk.chunk_id + 1

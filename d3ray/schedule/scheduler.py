@@ -2,7 +2,7 @@
 
 A scheduler turns a chunk into a training order. It works in two phases so that slow
 schedulers (D3: influence + solving) run one chunk ahead of the trainers:
-``submit(chunk, weights)`` starts the work and returns a :class:`PendingOrder`;
+``submit(chunk, batch_refs, weights)`` starts the work and returns a :class:`PendingOrder`;
 ``PendingOrder.result(timeout_s)`` returns the :class:`ChunkDecision` (or the fallback order
 when the deadline passes). Order-only schedulers decide immediately.
 """
@@ -31,6 +31,8 @@ class ChunkDecision:
     order: tuple[int, ...]
     fallback: bool = False
     record: dict[str, Any] = field(default_factory=dict)
+    matrix: np.ndarray | None = None
+    """The chunk's S (L, L) when the scheduler computed one (saved by trainer rank 0)."""
 
 
 class PendingOrder(Protocol):
@@ -38,9 +40,13 @@ class PendingOrder(Protocol):
 
 
 class Scheduler(Protocol):
-    """Orders chunks. ``weights`` is the newest published weights snapshot (list-wrapped ref) or None."""
+    """Orders chunks.
 
-    def submit(self, chunk: Chunk, weights: list | None) -> PendingOrder: ...
+    ``batch_refs`` holds one ObjectRef per batch of the chunk (already in the object store);
+    ``weights`` is the newest allowed weights snapshot (``[ObjectRef]``) or None.
+    """
+
+    def submit(self, chunk: Chunk, batch_refs: tuple, weights: list | None) -> PendingOrder: ...
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,7 @@ class SequentialScheduler:
     def __init__(self, cfg: SequentialScheduleConfig, seed: int) -> None:
         self.cfg = cfg
 
-    def submit(self, chunk: Chunk, weights: list | None) -> PendingOrder:
+    def submit(self, chunk: Chunk, batch_refs: tuple, weights: list | None) -> PendingOrder:
         return DecidedOrder(ChunkDecision(order=tuple(range(chunk.size)), record={"scheduler": "sequential"}))
 
 
@@ -75,7 +81,7 @@ class RandomScheduler:
         self.cfg = cfg
         self.seed = seed
 
-    def submit(self, chunk: Chunk, weights: list | None) -> PendingOrder:
+    def submit(self, chunk: Chunk, batch_refs: tuple, weights: list | None) -> PendingOrder:
         order = random_order(chunk.size, self.seed, chunk.chunk_id)
         return DecidedOrder(ChunkDecision(order=order, record={"scheduler": "random"}))
 

@@ -107,8 +107,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     last_eval: dict[str, float] = {}
     fail_marker = run_dir / f".fail_at_step_{tcfg.fail_at_step}.done"
 
-    if spec.publish_weights and state.step == 0:
-        publish_snapshot(engine, tcfg.zero_stage, rank, coordinator, version=0)
+    if spec.publish_weights:  # the weights the next chunk may be scored at (fresh start or resume)
+        publish_snapshot(engine, tcfg.zero_stage, rank, coordinator, version=state.next_chunk)
 
     def run_eval() -> dict[str, float]:
         if not eval_sets:
@@ -134,6 +134,9 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             logs.log_schedule({"chunk_id": chunk.chunk_id, "epoch": chunk.epoch, "order": list(chunk.order),
                                "fallback": chunk.decision.fallback, "trainer_wait_sec": wait_s,
                                "weights_version": chunk.weights_version, **chunk.decision.record})
+            if chunk.decision.matrix is not None:
+                (run_dir / "influence").mkdir(exist_ok=True)
+                np.save(run_dir / "influence" / f"S_{chunk.chunk_id:06d}.npy", chunk.decision.matrix)
         positions = list(range(state.position, len(chunk.order)))
         batch_refs = [chunk.batch_refs[chunk.order[p]] for p in positions]
         pending = batch_refs[0] if batch_refs else None

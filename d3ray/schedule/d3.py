@@ -1,0 +1,202 @@
+"""The D3 scheduler: influence actors sketch chunk c+1 while the trainers train chunk c, a solver
+pool orders it, and the trainers get the order (or a fallback past the deadline).
+
+    submit(chunk, weights) — called by the coordinator when it produces a chunk; returns at once
+      │ batches of the chunk split across the InfluenceWorker pool (refs, not bytes):
+      │   ChunkInfluenceWorker.sketch_chunk(weights, batch refs, batch ids)  ─► BatchSketches
+      │ assemble_influence(*parts)   (Ray resolves the parts)  ─► S (L, L), info, next reference
+      │ SolverPool.submit(S ref)     (starts as soon as S exists) ─► SolveResult
+      ▼
+    D3Pending.result(deadline) — called when the trainers need the chunk:
+      the solved order; or, past the deadline / on failure, the fallback: row_sum(S) when S
+      exists (the solver's initial order), else the stream order. Recorded as ``fallback``.
+
+Everything is keyed by global batch id ``chunk_id * L + position``: a retried task on a restarted
+actor recomputes the same thing (RAY_NOTES section 4). ``A`` and ``S`` follow ARCHITECTURE.md §1:
+``A = −γ·G Gᵀ + (γ²/2)·Q Hᵀ``, ``S = Aᵀ − A``; the order minimises the backward positive weight of S.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from d3ray.influence.config import InfluenceConfig
+from d3ray.influence.worker import InfluenceWorker
+from d3ray.schedule.chunker import Chunk
+from d3ray.schedule.config import D3ScheduleConfig
+from d3ray.schedule.scheduler import ChunkDecision, DecidedOrder, PendingOrder
+from d3ray.solver import ordering_cost, row_sum_order
+
+logger = logging.getLogger(__name__)
+
+
+class ChunkInfluenceWorker(InfluenceWorker):
+    """An InfluenceWorker that reads the chunk's ``GlobalBatch`` objects by reference."""
+
+    def __init__(self, model_config: dict[str, Any], config: InfluenceConfig, nan_batches: list[int]) -> None:
+        super().__init__(model_config, config)
+        self.nan_batches = set(nan_batches)
+
+    def _as_inputs(self, batch_refs: list, batch_ids: list[int]) -> list[dict[str, np.ndarray]]:
+        import ray
+
+        out = []
+        for batch, bid in zip(ray.get(list(batch_refs)), batch_ids, strict=True):
+            ids = np.asarray(batch.input_ids, dtype=np.int64)
+            labels = ids.copy()
+            labels[np.arange(ids.shape[1])[None, :] >= np.asarray(batch.n_tokens)[:, None]] = -100
+            if bid in self.nan_batches:
+                labels[:] = -100  # mean over zero scored tokens: NaN loss, as a corrupt batch would give
+            out.append({"input_ids": ids, "labels": labels})
+        return out
+
+    def sketch_chunk(self, weights: list, batch_refs: list, batch_ids: list[int], reference: list | None):
+        return self.sketch_batches(weights, self._as_inputs(batch_refs, batch_ids), batch_ids,
+                                   reference=reference, return_means=True)
+
+    def lookahead_chunk(self, weights: list, batch_refs: list, batch_ids: list[int], rows: list[int]):
+        return self.lookahead_matrix(weights, self._as_inputs(batch_refs, batch_ids), batch_ids, rows=rows)
+
+
+def assemble_influence(estimator: str, gamma: float, batch_ids: list[int], *parts: Any):
+    """Merge the workers' parts into S (L, L); also the info for the log and the next reference."""
+    from d3ray.influence.control_variate import mean_reference
+    from d3ray.influence.influence import influence_from_lookahead, influence_from_sketches
+
+    if estimator == "lookahead":
+        _, S, excluded = influence_from_lookahead(parts, batch_ids)
+        reference = None
+    else:
+        _, S, excluded = influence_from_sketches(parts, batch_ids, gamma)
+        means = [p.means for p in parts if p.means is not None]
+        reference = mean_reference(means) if means else None
+    info = {
+        "excluded_batches": [int(b) for b in excluded],
+        "influence_sec": max(p.timings.get("influence/total_sec", 0.0) for p in parts),
+    }
+    return S, info, reference
+
+
+class D3Scheduler:
+    """Owns the influence actors and the solver pool of a run (created in the driver, used by the coordinator)."""
+
+    needs_weights = True
+
+    def __init__(self, cfg: D3ScheduleConfig, seed: int, model_config: dict[str, Any], run_name: str) -> None:
+        import ray
+
+        self.cfg = cfg
+        self.seed = seed
+        opts: dict[str, Any] = dict(num_cpus=cfg.influence_num_cpus, max_restarts=cfg.influence_max_restarts,
+                                    max_task_retries=cfg.influence_max_restarts)
+        if cfg.influence_num_gpus:
+            opts["num_gpus"] = cfg.influence_num_gpus
+        if cfg.influence_resources:
+            opts["resources"] = dict(cfg.influence_resources)
+        remote = ray.remote(ChunkInfluenceWorker)
+        self.influence_actors = [
+            remote.options(name=f"d3ray:{run_name}:influence:{i}", get_if_exists=False, **opts)
+            .remote(model_config, cfg.influence, list(cfg.inject_nan_batches))
+            for i in range(cfg.influence_actors)
+        ]
+        self.solver_pool = cfg.solver_pool.build(cfg.solver)
+        self._assemble = ray.remote(num_cpus=0, max_retries=2)(assemble_influence)
+        self._reference: list | None = None
+
+    def submit(self, chunk: Chunk, batch_refs: tuple, weights: list | None) -> PendingOrder:
+        n = chunk.size
+        if weights is None:
+            return DecidedOrder(_fallback(chunk, None, "no weights snapshot published in time"))
+        refs = list(batch_refs)
+        if len(refs) != n:
+            raise ValueError(f"chunk {chunk.chunk_id}: expected {n} batch refs, got {len(refs)}")
+        ids = [chunk.chunk_id * self.cfg.L + i for i in range(n)]
+        actors = self.influence_actors
+        started = time.perf_counter()
+        if self.cfg.influence.estimator == "lookahead":
+            parts = [a.lookahead_chunk.remote(weights, refs, ids, ids[k::len(actors)])
+                     for k, a in enumerate(actors) if ids[k::len(actors)]]
+        else:
+            splits = np.array_split(np.arange(n), len(actors)) if self._reference is not None else [np.arange(n)]
+            parts = [actors[k].sketch_chunk.remote(weights, [refs[i] for i in part], [ids[i] for i in part],
+                                                   self._reference)
+                     for k, part in enumerate(splits) if len(part)]
+        S_ref, info_ref, next_reference = self._assemble.options(num_returns=3).remote(
+            self.cfg.influence.estimator, self.cfg.influence.gamma, ids, *parts)
+        if self.cfg.influence.control_variate and self.cfg.influence.estimator != "lookahead":
+            self._reference = [next_reference]  # the next chunk's reference: this chunk's mean directions
+        solve_ref = self.solver_pool.submit(chunk.chunk_id, S_ref, seed=self.seed * 1_000_003 + chunk.chunk_id)
+        return D3Pending(self.cfg, chunk.chunk_id, n, S_ref, info_ref, solve_ref, started)
+
+
+def _fallback(chunk_or_n: Any, S: np.ndarray | None, reason: str, record: dict | None = None) -> ChunkDecision:
+    n = chunk_or_n if isinstance(chunk_or_n, int) else chunk_or_n.size
+    if S is not None:
+        order = tuple(int(i) for i in row_sum_order(S))
+        kind = "row_sum"
+    else:
+        order = tuple(range(n))
+        kind = "stream"
+    logger.warning("D3 fallback (%s order): %s", kind, reason)
+    rec = {"scheduler": "d3", "fallback_reason": reason, "fallback_order": kind, **(record or {})}
+    if S is not None:
+        rec.update(cost_stream=ordering_cost(S, np.arange(n)), cost_after=ordering_cost(S, np.asarray(order)))
+    return ChunkDecision(order=order, fallback=True, record=rec, matrix=S)
+
+
+@dataclass
+class D3Pending:
+    """The in-flight influence + solve of one chunk."""
+
+    cfg: D3ScheduleConfig
+    chunk_id: int
+    n: int
+    S_ref: Any
+    info_ref: Any
+    solve_ref: Any
+    started: float
+
+    def result(self, timeout_s: float | None) -> ChunkDecision:
+        import ray
+        from ray.exceptions import GetTimeoutError, RayError
+
+        base = {"scheduler": "d3", "estimator": self.cfg.influence.estimator,
+                "solver": self.cfg.solver.type_name, "staleness": self.cfg.staleness}
+        S = None
+        try:
+            result = ray.get(self.solve_ref, timeout=timeout_s)
+            S = ray.get(self.S_ref)
+            info = ray.get(self.info_ref)
+        except (GetTimeoutError, RayError) as err:
+            ready, _ = ray.wait([self.S_ref], timeout=0)
+            if ready:
+                try:
+                    S = ray.get(self.S_ref)
+                except RayError:
+                    S = None
+            late = isinstance(err, GetTimeoutError)
+            if late:
+                reason = f"deadline of {timeout_s:.0f}s passed"
+            else:
+                reason = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+            return _fallback(self.n, S, reason, base)
+        order = tuple(int(i) for i in result.order)
+        record = {
+            **base, **info,
+            "cost_stream": ordering_cost(S, np.arange(self.n)),
+            "cost_before": float(result.initial_cost),
+            "cost_after": float(result.cost),
+            "solver_sec": float(result.seconds),
+            "zero_S": bool(result.flagged_zero),
+            "schedule_sec": time.perf_counter() - self.started,
+        }
+        return ChunkDecision(order=order, fallback=False, record=record,
+                             matrix=S if self.cfg.save_matrices else None)
+
+
+__all__ = ["D3Scheduler", "ChunkInfluenceWorker", "assemble_influence"]
