@@ -47,6 +47,7 @@ def worker_env(cfg: RunConfig) -> dict[str, str]:
         "RAY_DATA_DISABLE_PROGRESS_BARS": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": str(cfg.ray.health_check_interval_s),
+        "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",  # progress lines are printed once, not print + log
     }
     if not cfg.train.use_gpu:
         env["DS_ACCELERATOR"] = "cpu"
