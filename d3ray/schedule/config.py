@@ -11,8 +11,7 @@ from typing import Any
 
 from d3ray.influence.config import InfluenceConfig
 from d3ray.registry import ChoiceConfig
-from d3ray.solver.base import SolverConfig
-from d3ray.solver.local_search import IlsConfig
+from d3ray.solver import IlsConfig, SolverConfig
 from d3ray.solver.pool import SolverPoolConfig
 
 
@@ -78,6 +77,10 @@ class D3ScheduleConfig(ScheduleConfig):
     """Restarts of a crashed influence actor (its in-flight task is retried on the new one)."""
     save_matrices: bool = True
     """Keep each chunk's S in the decision (rank 0 saves it under ``<run_dir>/influence/``)."""
+    crash_influence_at_chunk: int | None = None
+    """Fault injection for tests and drills: influence actor 0 exits (once) when asked to score this chunk."""
+    crash_solver_at_chunk: int | None = None
+    """Fault injection for tests and drills: the solver actor exits (once) when asked to order this chunk."""
     inject_nan_batches: list[int] = field(default_factory=list)
     """Fault injection for tests and drills: global batch ids whose influence copy has every
     label masked, which makes its loss NaN (the batch must be excluded, not the chunk lost)."""
@@ -95,4 +98,5 @@ class D3ScheduleConfig(ScheduleConfig):
         """The D3Scheduler with its influence actors and solver pool (needs ``ray.init``)."""
         from d3ray.schedule.d3 import D3Scheduler
 
-        return D3Scheduler(self, seed, model_config, run_name=getattr(run_config, "name", "d3ray"))
+        return D3Scheduler(self, seed, model_config, run_name=getattr(run_config, "name", "d3ray"),
+                           fault_dir=str(run_config.run_dir / ".faults") if run_config is not None else None)

@@ -180,7 +180,7 @@ class ScheduleCoordinator:
             out["per_epoch_chunks"] = list(stream.stats.per_epoch_chunks)
             ledger = getattr(stream, "ledger", None)
             if ledger is not None:
-                out["data_quality"] = ledger.to_dict()
+                out["data_quality"] = {**ledger.to_dict(), "bad_by_reason": ledger.bad_by_reason()}
         return out
 
     def ping(self) -> bool:

@@ -19,8 +19,10 @@ actor recomputes the same thing (RAY_NOTES section 4). ``A`` and ``S`` follow AR
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,9 +40,23 @@ logger = logging.getLogger(__name__)
 class ChunkInfluenceWorker(InfluenceWorker):
     """An InfluenceWorker that reads the chunk's ``GlobalBatch`` objects by reference."""
 
-    def __init__(self, model_config: dict[str, Any], config: InfluenceConfig, nan_batches: list[int]) -> None:
+    def __init__(self, model_config: dict[str, Any], config: InfluenceConfig, nan_batches: list[int],
+                 crash_at_chunk: int | None = None, fault_dir: str | None = None) -> None:
         super().__init__(model_config, config)
         self.nan_batches = set(nan_batches)
+        self.crash_at_chunk = crash_at_chunk
+        self.fault_dir = fault_dir
+
+    def _maybe_crash(self, chunk_id: int) -> None:
+        """Fault injection: exit the process once (a marker file survives the restart)."""
+        if self.crash_at_chunk is None or chunk_id != self.crash_at_chunk or self.fault_dir is None:
+            return
+        marker = Path(self.fault_dir) / f"influence_crash_{chunk_id}"
+        if not marker.exists():
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+            logger.warning("fault injection: influence actor exits while scoring chunk %d", chunk_id)
+            os._exit(1)
 
     def _as_inputs(self, batch_refs: list, batch_ids: list[int]) -> list[dict[str, np.ndarray]]:
         import ray
@@ -55,30 +71,50 @@ class ChunkInfluenceWorker(InfluenceWorker):
             out.append({"input_ids": ids, "labels": labels})
         return out
 
-    def sketch_chunk(self, weights: list, batch_refs: list, batch_ids: list[int], reference: list | None):
-        return self.sketch_batches(weights, self._as_inputs(batch_refs, batch_ids), batch_ids,
-                                   reference=reference, return_means=True)
+    def sketch_chunk(self, chunk_id: int, weights: list, batch_refs: list, batch_ids: list[int],
+                     reference: list | None):
+        """Sketches of this worker's share of the chunk; ``reference`` = [ref of the previous chunk's
+        mean directions] when several workers share a chunk (None: this call's own mean)."""
+        import ray
+        from ray.exceptions import RayError
 
-    def lookahead_chunk(self, weights: list, batch_refs: list, batch_ids: list[int], rows: list[int]):
+        self._maybe_crash(chunk_id)
+        ref_value = None
+        if reference is not None:
+            try:
+                ref_value = ray.get(reference[0])
+            except RayError as err:  # the previous chunk failed; its parts will not merge: fallback there
+                logger.warning("chunk %d: no control-variate reference (%s)", chunk_id, type(err).__name__)
+        return self.sketch_batches(weights, self._as_inputs(batch_refs, batch_ids), batch_ids,
+                                   reference=ref_value, return_means=True)
+
+    def lookahead_chunk(self, chunk_id: int, weights: list, batch_refs: list, batch_ids: list[int],
+                        rows: list[int]):
+        self._maybe_crash(chunk_id)
         return self.lookahead_matrix(weights, self._as_inputs(batch_refs, batch_ids), batch_ids, rows=rows)
 
 
 def assemble_influence(estimator: str, gamma: float, batch_ids: list[int], *parts: Any):
-    """Merge the workers' parts into S (L, L); also the info for the log and the next reference."""
+    """Merge the workers' parts into S (L, L); also the info for the log and the next reference.
+
+    Returns ``(S or None, info, reference)``: a merge that fails gives ``S = None`` and
+    ``info["error"]`` (the chunk falls back) but still the next chunk's control-variate reference,
+    so one bad chunk does not poison the next.
+    """
     from d3ray.influence.control_variate import mean_reference
     from d3ray.influence.influence import influence_from_lookahead, influence_from_sketches
 
-    if estimator == "lookahead":
-        _, S, excluded = influence_from_lookahead(parts, batch_ids)
-        reference = None
-    else:
-        _, S, excluded = influence_from_sketches(parts, batch_ids, gamma)
-        means = [p.means for p in parts if p.means is not None]
-        reference = mean_reference(means) if means else None
-    info = {
-        "excluded_batches": [int(b) for b in excluded],
-        "influence_sec": max(p.timings.get("influence/total_sec", 0.0) for p in parts),
-    }
+    means = [p.means for p in parts if getattr(p, "means", None) is not None]
+    reference = mean_reference(means) if means else None
+    info: dict[str, Any] = {"influence_sec": max(p.timings.get("influence/total_sec", 0.0) for p in parts)}
+    try:
+        if estimator == "lookahead":
+            _, S, excluded = influence_from_lookahead(parts, batch_ids)
+        else:
+            _, S, excluded = influence_from_sketches(parts, batch_ids, gamma)
+    except ValueError as err:
+        return None, {**info, "error": f"influence merge failed: {err}"}, reference
+    info["excluded_batches"] = [int(b) for b in excluded]
     return S, info, reference
 
 
@@ -87,7 +123,8 @@ class D3Scheduler:
 
     needs_weights = True
 
-    def __init__(self, cfg: D3ScheduleConfig, seed: int, model_config: dict[str, Any], run_name: str) -> None:
+    def __init__(self, cfg: D3ScheduleConfig, seed: int, model_config: dict[str, Any], run_name: str,
+                 fault_dir: str | None = None) -> None:
         import ray
 
         self.cfg = cfg
@@ -101,7 +138,8 @@ class D3Scheduler:
         remote = ray.remote(ChunkInfluenceWorker)
         self.influence_actors = [
             remote.options(name=f"d3ray:{run_name}:influence:{i}", get_if_exists=False, **opts)
-            .remote(model_config, cfg.influence, list(cfg.inject_nan_batches))
+            .remote(model_config, cfg.influence, list(cfg.inject_nan_batches),
+                    cfg.crash_influence_at_chunk if i == 0 else None, fault_dir)
             for i in range(cfg.influence_actors)
         ]
         self.solver_pool = cfg.solver_pool.build(cfg.solver)
@@ -119,16 +157,17 @@ class D3Scheduler:
         actors = self.influence_actors
         started = time.perf_counter()
         if self.cfg.influence.estimator == "lookahead":
-            parts = [a.lookahead_chunk.remote(weights, refs, ids, ids[k::len(actors)])
+            parts = [a.lookahead_chunk.remote(chunk.chunk_id, weights, refs, ids, ids[k::len(actors)])
                      for k, a in enumerate(actors) if ids[k::len(actors)]]
-        else:
-            splits = np.array_split(np.arange(n), len(actors)) if self._reference is not None else [np.arange(n)]
-            parts = [actors[k].sketch_chunk.remote(weights, [refs[i] for i in part], [ids[i] for i in part],
-                                                   self._reference)
+        else:  # several workers share a chunk only once a common reference (the last chunk's) exists
+            shared = len(actors) > 1 and self._reference is not None
+            splits = np.array_split(np.arange(n), len(actors)) if shared else [np.arange(n)]
+            parts = [actors[k].sketch_chunk.remote(chunk.chunk_id, weights, [refs[i] for i in part], [ids[i] for i in part],
+                                                   self._reference if shared else None)
                      for k, part in enumerate(splits) if len(part)]
         S_ref, info_ref, next_reference = self._assemble.options(num_returns=3).remote(
             self.cfg.influence.estimator, self.cfg.influence.gamma, ids, *parts)
-        if self.cfg.influence.control_variate and self.cfg.influence.estimator != "lookahead":
+        if len(actors) > 1 and self.cfg.influence.control_variate and self.cfg.influence.estimator != "lookahead":
             self._reference = [next_reference]  # the next chunk's reference: this chunk's mean directions
         solve_ref = self.solver_pool.submit(chunk.chunk_id, S_ref, seed=self.seed * 1_000_003 + chunk.chunk_id)
         return D3Pending(self.cfg, chunk.chunk_id, n, S_ref, info_ref, solve_ref, started)
@@ -169,9 +208,11 @@ class D3Pending:
                 "solver": self.cfg.solver.type_name, "staleness": self.cfg.staleness}
         S = None
         try:
+            info = ray.get(self.info_ref, timeout=timeout_s)
+            if "error" in info:
+                return _fallback(self.n, None, info["error"], base)
             result = ray.get(self.solve_ref, timeout=timeout_s)
             S = ray.get(self.S_ref)
-            info = ray.get(self.info_ref)
         except (GetTimeoutError, RayError) as err:
             ready, _ = ray.wait([self.S_ref], timeout=0)
             if ready:

@@ -1,13 +1,21 @@
 """Ordering solvers for D3: S (K x K directional advantage) -> a training order of the K batches.
 
 Importing this package registers the built-in solvers (row_sum, greedy_insertion, rsr, exact, ils)
-on :class:`SolverConfig`. Ray is imported only by :mod:`d3ray.solver.pool`, which is not imported here.
+on :class:`SolverConfig`. Ray is imported only inside :mod:`d3ray.solver.pool`'s functions, when a
+pool is created, so importing this package stays cheap.
 """
 
-from d3ray.solver.base import DEFAULT_SOLVER, SolveResult, Solver, SolverConfig, solve
+from d3ray.solver.base import DEFAULT_SOLVER, Solver, SolverConfig, SolveResult, solve
 from d3ray.solver.exact import ExactConfig, solve_exact
 from d3ray.solver.greedy import GreedyInsertionConfig, RowSumConfig, greedy_insertion_order, row_sum_order
-from d3ray.solver.local_search import IlsConfig, RsrConfig, insertion_local_search, random_swap_refinement
+from d3ray.solver.ils import IlsConfig
+from d3ray.solver.local_search import (
+    InsertionDescent,
+    RsrConfig,
+    insertion_local_search,
+    random_swap_refinement,
+)
+from d3ray.solver.pool import SolverPool, SolverPoolConfig, SolverWorker
 from d3ray.solver.problem import (
     apply_insertion,
     apply_swap,
@@ -24,11 +32,15 @@ __all__ = [
     "ExactConfig",
     "GreedyInsertionConfig",
     "IlsConfig",
+    "InsertionDescent",
     "RowSumConfig",
     "RsrConfig",
     "SolveResult",
     "Solver",
     "SolverConfig",
+    "SolverPool",
+    "SolverPoolConfig",
+    "SolverWorker",
     "apply_insertion",
     "apply_swap",
     "check_order",

@@ -142,7 +142,8 @@ def solve(
     return config.build().solve(S, init=init, seed=seed)
 
 
-def replace(config: SolverConfig, **changes: Any) -> SolverConfig:
-    """``dataclasses.replace`` that drops the keys the config does not have (for the CLI and bench)."""
+def override(config: SolverConfig, **changes: Any) -> SolverConfig:
+    """``dataclasses.replace`` that ignores the keys the config does not have (e.g. ``time_budget_s``
+    for ``row_sum``); the kept ones are validated by the config's ``__post_init__``."""
     names = {f.name for f in dataclasses.fields(config)}  # type: ignore[arg-type]
     return dataclasses.replace(config, **{k: v for k, v in changes.items() if k in names})  # type: ignore[type-var]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from d3ray.solver.base import DEFAULT_SOLVER, SolverConfig, replace
+from d3ray.solver.base import DEFAULT_SOLVER, SolverConfig, override
 
 logger = logging.getLogger(__name__)
 
@@ -78,11 +78,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("matrix_file", metavar="MATRIX_FILE", help="text (n, then n rows of n) or .npy matrix")
+    parser.add_argument(
+        "matrix_file", metavar="MATRIX_FILE", help="text (n, then n rows of n) or .npy matrix"
+    )
     parser.add_argument(
         "--solver", default=DEFAULT_SOLVER, choices=SolverConfig.known(), help=f"default {DEFAULT_SOLVER}"
     )
-    parser.add_argument("--time-budget", type=float, default=None, metavar="S", help="wall-clock cap, seconds")
+    parser.add_argument(
+        "--time-budget", type=float, default=None, metavar="S", help="wall-clock cap, seconds"
+    )
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="random seed (default 0)")
     parser.set_defaults(func=handle_solve)
 
@@ -100,7 +104,7 @@ def handle_solve(args: argparse.Namespace) -> int:
             logger.warning("solver %s has no time budget; --time-budget ignored", args.solver)
         else:
             try:
-                config = replace(config, time_budget_s=args.time_budget)
+                config = override(config, time_budget_s=args.time_budget)
             except ValueError as err:
                 raise SystemExit(f"d3ray solve: {err}") from err
     C0 = C.copy()

@@ -112,7 +112,9 @@ class GreedyInsertionConfig(SolverConfig):
 
     def __post_init__(self) -> None:
         if self.sequence not in ("initial", "row_sum"):
-            raise ValueError(f"greedy_insertion.sequence must be 'initial' or 'row_sum', got {self.sequence!r}")
+            raise ValueError(
+                f"greedy_insertion.sequence must be 'initial' or 'row_sum', got {self.sequence!r}"
+            )
 
     def build(self) -> GreedyInsertionSolver:
         return GreedyInsertionSolver(self)

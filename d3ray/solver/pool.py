@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from d3ray.solver.base import SolveResult, SolverConfig
+from d3ray.solver.base import SolverConfig, SolveResult
 
 if TYPE_CHECKING:
     from ray import ObjectRef

@@ -171,7 +171,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                 tps = (state.tokens - start_tokens) / max(elapsed, 1e-9)
                 lr = engine.get_lr()[0]
                 grad_norm = engine.get_global_grad_norm()
-                logs.log_samples(state.step, chunk.chunk_id, p, batch.sample_ids)
+                logs.log_samples(state.step, chunk.chunk_id, p, batch.sample_ids, batch.domains)
                 logs.log_metrics({"step": state.step, "chunk_id": chunk.chunk_id, "train/loss": loss_value,
                                   "train/lr": lr, "train/grad_norm": float(grad_norm) if grad_norm is not None else None,
                                   "data/tokens": state.tokens, "data/tokens_per_sec": tps,

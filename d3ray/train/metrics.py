@@ -92,10 +92,11 @@ class RunLogs:
                 if key != "step" and isinstance(value, (int, float)) and value is not None:
                     self._tb.add_scalar(key, value, row["step"])
 
-    def log_samples(self, step: int, chunk_id: int, position: int, sample_ids: tuple[str, ...]) -> None:
+    def log_samples(self, step: int, chunk_id: int, position: int, sample_ids: tuple[str, ...],
+                    domains: tuple[str, ...]) -> None:
         with open(self.samples_path, "a") as fh:
             fh.write(json.dumps({"step": step, "chunk_id": chunk_id, "position": position,
-                                 "sample_ids": list(sample_ids)}) + "\n")
+                                 "sample_ids": list(sample_ids), "domains": list(domains)}) + "\n")
 
     def log_schedule(self, record: dict[str, Any]) -> None:
         with open(self.schedule_path, "a") as fh:

@@ -125,8 +125,13 @@ def load_eval_sets(cfg: RunConfig, prepared: PreparedData) -> dict[str, Any]:
     return sets
 
 
-def run_pretrain(cfg: RunConfig, scheduler_resources: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Train ``cfg`` to completion (resuming if the run directory has checkpoints); final metrics."""
+def run_pretrain(cfg: RunConfig, scheduler_resources: dict[str, Any] | None = None,
+                 callbacks: list[Any] | None = None) -> dict[str, Any]:
+    """Train ``cfg`` to completion (resuming if the run directory has checkpoints); final metrics.
+
+    ``callbacks`` are Ray Train ``UserCallback``s passed to ``ray.train.RunConfig(callbacks=...)``,
+    e.g. the sweep's Tune report callback, which forwards each checkpointed report to Tune.
+    """
     import ray
     import ray.train
     from ray.train.torch import TorchConfig, TorchTrainer
@@ -175,6 +180,7 @@ def run_pretrain(cfg: RunConfig, scheduler_resources: dict[str, Any] | None = No
                 failure_config=ray.train.FailureConfig(max_failures=cfg.train.max_failures),
                 checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.train.keep_checkpoints),
                 worker_runtime_env={"env_vars": env},
+                callbacks=list(callbacks or []),
             ),
         )
         result = trainer.fit()

@@ -44,8 +44,8 @@ def test_solver_pool_array_ref_and_wrapped_ref_match_local_solve(ray_cluster) ->
 
 def test_solver_pool_killed_actor_restarts_and_retries_task(ray_cluster) -> None:
     ray = ray_cluster
-    S = _gaussian(120, 5)
-    config = IlsConfig(max_iters=200, patience=None)
+    S = _gaussian(80, 5)
+    config = IlsConfig(max_iters=100, patience=None)
     pool = SolverPoolConfig(num_actors=1, num_cpus=0.5, max_restarts=2, max_task_retries=2).build(config)
     try:
         (actor,) = pool.actors

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -151,3 +154,9 @@ def test_solver_config_bad_value_names_field() -> None:
         IlsConfig(time_budget_s=0.0)
     with pytest.raises(ConfigError, match="unknown key"):
         from_dict(SolverConfig, {"type": "rsr", "restarts": 3})
+
+
+def test_solver_package_import_does_not_import_ray() -> None:
+    code = "import sys, d3ray.solver, d3ray.solver.pool, d3ray.solver.command; print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

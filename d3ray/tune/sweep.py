@@ -1,0 +1,387 @@
+"""Ray Tune sweeps over whole training runs: one trial = one ``run_pretrain`` (a TorchTrainer fit).
+
+    SweepConfig (YAML) ─► parse + validate the space against RunConfig (before Ray starts)
+         │
+         ▼
+    Tuner(with_resources(train_driver, {CPU: driver_cpus}), param_space, ASHA on eval/mean_loss)
+         │  per trial: the Tune function "driver" builds the trial's RunConfig
+         │             (base + the trial's dotted keys; name <sweep>-<trial_id>, output_dir <sweep dir>/runs)
+         │             and fits the TorchTrainer through run_pretrain, whose Ray Train callback
+         │             forwards every checkpointed report with a finite metric to Tune
+         ▼
+    <sweep dir>/results.csv · best_config.yaml · sweep.yaml · runs/<sweep>-<trial_id>/ · Tune state
+
+This is the documented Train V2 + Tune pattern (RAY_NOTES section 1): Tune schedules the drivers,
+each driver's Train run reserves its own workers outside the trial, so Tune cannot see their
+resources; ``max_concurrent_trials`` is therefore derived here from the cluster's resources and each
+trial's needs (:func:`trial_resources`). A stopped or failed trial's driver takes its Train run and
+its coordinator/influence/solver actors down with it (Ray's ownership); the next trial needs the
+dashboard (``ray[default]``) to find the stopped run's placement group free (RAY_NOTES section 0).
+
+Re-running a sweep with the same name and storage resumes it (``Tuner.restore``): finished trials
+are kept, unfinished ones restart and their Train runs resume from their newest checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from d3ray.config import RunConfig
+from d3ray.config_loading import ConfigError, from_dict, to_dict
+from d3ray.tune.config import STEP_ATTR, SweepConfig, is_uri
+from d3ray.tune.results import (
+    TrialRow,
+    best_config_yaml,
+    best_row,
+    format_table,
+    rank_rows,
+    results_csv,
+    trial_row,
+)
+from d3ray.tune.search_space import (
+    Axis,
+    parse_space,
+    trial_dict,
+    trial_run_config,
+    tune_param_space,
+    validate_space,
+    varying_keys,
+)
+
+logger = logging.getLogger(__name__)
+
+#: CPUs a trial's Ray Data read tasks hold (one ``read_shard_blocks`` task at a time, 1 CPU each).
+DATA_READ_CPUS = 1.0
+#: RunConfig fields holding local paths; made absolute before trials start (a trial runs elsewhere).
+PATH_FIELDS = (
+    ("data", "train_paths"),
+    ("data", "validation_paths"),
+    ("data", "tokenizer", "path"),
+    ("eval", "ood_text_paths"),
+    ("model", "pretrained_path"),
+)
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    """What every trial driver needs (passed with ``tune.with_parameters``; no globals)."""
+
+    base: dict[str, Any]
+    """The base RunConfig as a plain dict, paths absolute."""
+    sweep_name: str
+    runs_dir: str
+    """Absolute parent of the trials' run directories."""
+    metric: str
+
+
+@dataclass
+class SweepOutcome:
+    """What :func:`run_sweep` returns."""
+
+    sweep_dir: str
+    rows: list[TrialRow]
+    """Best first."""
+    best: TrialRow | None
+    max_concurrent_trials: int
+
+
+def sweep_dir(sweep: SweepConfig) -> str:
+    """``<storage_path>/<name>``: absolute for local paths, the URI otherwise."""
+    if is_uri(sweep.storage_path):
+        return sweep.storage_path.rstrip("/") + "/" + sweep.name
+    return str(Path(sweep.storage_path.removeprefix("file://")).expanduser().resolve() / sweep.name)
+
+
+def runs_dir(sweep: SweepConfig) -> str:
+    """Absolute parent of the trials' run directories."""
+    if sweep.runs_dir is not None:
+        return str(Path(sweep.runs_dir).expanduser().resolve())
+    return str(Path(sweep_dir(sweep)) / "runs")
+
+
+def load_base(sweep: SweepConfig) -> dict[str, Any]:
+    """The base RunConfig (file + defaults) as a plain dict, local paths made absolute."""
+    from d3ray.config_loading import load_config
+
+    base = to_dict(load_config(RunConfig, sweep.base_config))
+    for path in PATH_FIELDS:
+        node = base
+        for part in path[:-1]:
+            node = node.get(part) or {}
+        value = node.get(path[-1])
+        if isinstance(value, list):
+            node[path[-1]] = [_absolute(v) for v in value]
+        elif isinstance(value, str):
+            node[path[-1]] = _absolute(value)
+    return base
+
+
+def _absolute(path: str) -> str:
+    return path if "://" in path else str(Path(path).expanduser().resolve())
+
+
+def trial_resources(cfg: RunConfig, driver_cpus: float) -> dict[str, float]:
+    """Resources one trial holds at once: driver, trainers, Ray Data, and the D3 actors if any.
+
+    CPU = driver + workers·cpus_per_worker + read task + tokenizers·tokenize_cpus
+          (+ influence actors·influence_num_cpus + solvers·solver CPUs);
+    GPU = workers·gpus_per_worker (+ influence actors·influence_num_gpus); custom resources likewise.
+    """
+    t, d, s = cfg.train, cfg.data, cfg.schedule
+    need: dict[str, float] = {
+        "CPU": driver_cpus + t.num_workers * t.cpus_per_worker + DATA_READ_CPUS + d.tokenize_actors * d.tokenize_cpus,
+        "GPU": t.num_workers * t.gpus_per_worker,
+    }
+    if hasattr(s, "influence_actors"):  # D3: influence actors and the solver pool
+        need["CPU"] += s.influence_actors * s.influence_num_cpus + s.solver_pool.num_actors * s.solver_pool.num_cpus
+        need["GPU"] += s.influence_actors * s.influence_num_gpus
+        for name, amount in s.influence_resources.items():
+            need[name] = need.get(name, 0.0) + s.influence_actors * amount
+        for name, amount in s.solver_pool.resources.items():
+            need[name] = need.get(name, 0.0) + s.solver_pool.num_actors * amount
+    return {k: v for k, v in need.items() if v > 0}
+
+
+def derive_max_concurrent_trials(cluster: dict[str, float], per_trial: dict[str, float]) -> int:
+    """Trials that fit the cluster at once: min over resources of ⌊total / per trial⌋, at least 1.
+
+    On an autoscaling cluster the current resources understate what it can grow to: set
+    ``max_concurrent_trials`` in the sweep config there.
+    """
+    fits = []
+    for name, amount in per_trial.items():
+        have = float(cluster.get(name, 0.0))
+        fits.append(math.floor(have / amount + 1e-9))
+        if have < amount:
+            logger.warning("a trial needs %s=%g but the cluster has %g now (autoscaling?)", name, amount, have)
+    return max(1, min(fits)) if fits else 1
+
+
+def _finite_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    """Drop non-finite numbers (NaN/inf must never reach Tune's scheduler or Train's scoring)."""
+    out = {}
+    for key, value in metrics.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            continue
+        out[key] = value
+    return out
+
+
+def sweep_report_callback(metric: str, steps: int) -> Any:
+    """A Ray Train callback forwarding rank 0's intermediate reports to Tune (for ASHA).
+
+    The trainers report at checkpoints (every ``train.checkpoint_every_chunks`` chunks) with the
+    training ``step`` and the latest validation metrics. Forwarded: reports before the last step
+    that carry a finite ``metric`` (Tune requires it in every result; NaN/inf must never reach it).
+    The last step's metrics are reported by the driver once ``run_pretrain`` has returned, so an
+    ASHA stop on them cannot cut the run's final bookkeeping (final_metrics.json) short.
+    """
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    class SweepReportCallback(TuneReportCallback):
+        def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
+            row = _finite_metrics(metrics[0])
+            if metric not in row or row.get(STEP_ATTR, steps) >= steps:
+                return
+            super().after_report(run_context, [row], checkpoint)
+
+    return SweepReportCallback()
+
+
+def train_driver(params: dict[str, Any], plan: TrialPlan) -> None:
+    """The Tune function trainable: one whole training run with the trial's parameters.
+
+    Raises:
+        RuntimeError: the run ended without a finite metric (diverged, or no validation data).
+    """
+    import ray.tune
+
+    from d3ray.train.run import run_pretrain
+
+    trial_id = ray.tune.get_context().get_trial_id()
+    cfg = trial_run_config(plan.base, params, name=f"{plan.sweep_name}-{trial_id}", output_dir=plan.runs_dir)
+    final = run_pretrain(cfg, callbacks=[sweep_report_callback(plan.metric, cfg.train.steps)])
+    row = _finite_metrics({k: v for k, v in final.items() if isinstance(v, (int, float, str))})
+    if plan.metric not in row:
+        raise RuntimeError(
+            f"trial {trial_id} ended without a finite {plan.metric} (got {final.get(plan.metric)!r}): "
+            "the run diverged, or it has no validation data"
+        )
+    ray.tune.report({**row, STEP_ATTR: final.get("steps", cfg.train.steps)})
+
+
+def _write_text(directory: str, name: str, text: str) -> str:
+    """Write ``directory/name`` (a local path or a pyarrow-supported URI); its location."""
+    if not is_uri(directory):
+        path = Path(directory) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+        return str(path)
+    import pyarrow.fs
+
+    fs, root = pyarrow.fs.FileSystem.from_uri(directory)
+    fs.create_dir(root, recursive=True)
+    with fs.open_output_stream(f"{root}/{name}") as out:
+        out.write(text.encode())
+    return f"{directory}/{name}"
+
+
+def _read_text(directory: str, name: str) -> str | None:
+    if not is_uri(directory):
+        path = Path(directory) / name
+        return path.read_text() if path.exists() else None
+    import pyarrow.fs
+
+    fs, root = pyarrow.fs.FileSystem.from_uri(directory)
+    if fs.get_file_info(f"{root}/{name}").type == pyarrow.fs.FileType.NotFound:
+        return None
+    with fs.open_input_stream(f"{root}/{name}") as fh:
+        return fh.read().decode()
+
+
+def _identity(sweep: SweepConfig, base: dict[str, Any]) -> dict[str, Any]:
+    """What must not change when a sweep is resumed (the trials already run depend on it)."""
+    keep = ("space", "metric", "mode", "num_samples", "search_seed", "scheduler")
+    return {"sweep": {k: v for k, v in to_dict(sweep).items() if k in keep}, "base": base}
+
+
+def prepare(sweep: SweepConfig) -> tuple[dict[str, Any], list[Axis], list[RunConfig]]:
+    """Load the base config, parse the space and check every key against RunConfig (no Ray needed).
+
+    Raises:
+        ConfigError: an unknown or ill-typed key, naming it.
+    """
+    base = load_base(sweep)
+    axes = parse_space(sweep.space)
+    for axis in axes:
+        if axis.key in ("name", "output_dir"):
+            raise ConfigError(f"search space key {axis.key!r}: set per trial by the sweep; it cannot be swept")
+    configs = validate_space(base, axes)
+    for cfg in configs:
+        if cfg.train.eval_every == 0 and sweep.scheduler.type_name == "asha":
+            logger.warning("train.eval_every=0: the only validation is at the end, so ASHA cannot stop a trial early")
+            break
+    return base, axes, configs
+
+
+def run_sweep(sweep: SweepConfig, resume: bool | None = None) -> SweepOutcome:
+    """Run (or resume) the sweep to completion; write and print the results table and best config.
+
+    Args:
+        sweep: the sweep.
+        resume: True: restore the sweep (error if there is nothing to restore); False: start fresh
+            (error if the sweep directory holds a sweep); None: restore if there is one, else start.
+
+    Raises:
+        ConfigError: bad keys in the space, or a resumed sweep whose space/base config changed.
+    """
+    import ray
+    from ray import tune
+
+    from d3ray.train.run import start_ray, worker_env
+
+    base, axes, configs = prepare(sweep)
+    directory, trial_runs = sweep_dir(sweep), runs_dir(sweep)
+    identity = _identity(sweep, base)
+    saved = _read_text(directory, "sweep.yaml")
+    restorable = saved is not None and tune.Tuner.can_restore(directory)
+    if resume is True and not restorable:
+        raise ConfigError(f"--resume: no sweep to resume in {directory}")
+    if resume is False and restorable:
+        raise ConfigError(f"a sweep named {sweep.name!r} exists in {directory}; resume it or pick a new name")
+    restoring = restorable and resume is not False
+    if restoring and yaml.safe_load(saved) != json.loads(json.dumps(identity)):
+        raise ConfigError(
+            f"sweep {sweep.name!r} in {directory} was started with a different search space or base config; "
+            "use its original config, or a new name"
+        )
+
+    per_trial: dict[str, float] = {}
+    for cfg in configs:
+        for name, amount in trial_resources(cfg, sweep.driver_cpus).items():
+            per_trial[name] = max(per_trial.get(name, 0.0), amount)
+    owns_ray = start_ray(sweep.ray, worker_env(from_dict(RunConfig, base)))
+    try:
+        derived = derive_max_concurrent_trials(ray.cluster_resources(), per_trial)
+        concurrent = sweep.max_concurrent_trials or derived
+        logger.info("sweep %s: %d axes, per trial %s, cluster %s → max_concurrent_trials=%d%s", sweep.name,
+                    len(axes), per_trial, {k: v for k, v in ray.cluster_resources().items() if "node:" not in k},
+                    concurrent, " (set in the config)" if sweep.max_concurrent_trials else "")
+        _write_text(directory, "sweep.yaml", yaml.safe_dump(json.loads(json.dumps(identity)), sort_keys=False))
+
+        constants = {a.key: a.values[0] for a in axes if not a.varies}  # into the base: Tune shows only what varies
+        plan = TrialPlan(base=trial_dict(base, constants), sweep_name=sweep.name, runs_dir=trial_runs,
+                         metric=sweep.metric)
+        trainable = tune.with_resources(tune.with_parameters(train_driver, plan=plan), {"CPU": sweep.driver_cpus})
+        if restoring:
+            logger.info("resuming sweep %s from %s", sweep.name, directory)
+            tuner = tune.Tuner.restore(directory, trainable, resume_unfinished=True, resume_errored=False)
+        else:
+            from ray.tune.search import BasicVariantGenerator
+
+            max_t = max(cfg.train.steps for cfg in configs)
+            tuner = tune.Tuner(
+                trainable,
+                param_space=tune_param_space([a for a in axes if a.varies]),
+                tune_config=tune.TuneConfig(
+                    metric=sweep.metric,
+                    mode=sweep.mode,
+                    num_samples=sweep.num_samples,
+                    # the concurrency limit goes to the generator: Tune ignores TuneConfig's with one
+                    search_alg=BasicVariantGenerator(max_concurrent=concurrent, random_state=sweep.search_seed),
+                    scheduler=sweep.scheduler.build(max_t),
+                    trial_dirname_creator=trial_dirname,
+                ),
+                run_config=tune.RunConfig(
+                    name=sweep.name,
+                    storage_path=directory.rsplit("/", 1)[0],
+                    failure_config=tune.FailureConfig(max_failures=sweep.trial_max_failures),
+                ),
+            )
+        grid = tuner.fit()
+        rows = [_row(result, axes, plan, sweep.metric) for result in grid]
+    finally:
+        if owns_ray:
+            ray.shutdown()
+    return write_outputs(sweep, directory, rows, varying_keys(axes), concurrent)
+
+
+def trial_dirname(trial: Any) -> str:
+    """Tune's directory of a trial: ``trial_<trial id>`` (its run directory is ``runs/<sweep>-<trial id>``)."""
+    return f"trial_{trial.trial_id}"
+
+
+def _row(result: Any, axes: list[Axis], plan: TrialPlan, metric: str) -> TrialRow:
+    """A results-table row from a Tune ``Result``."""
+    params = {a.key: result.config.get(a.key) for a in axes if a.varies}
+    last = result.metrics or {}
+    trial_id = str(last.get("trial_id") or Path(result.path).name.removeprefix("trial_"))
+    cfg = trial_run_config(plan.base, result.config, name=f"{plan.sweep_name}-{trial_id}", output_dir=plan.runs_dir)
+    return trial_row(trial_id, params, cfg, last, result.error, metric)
+
+
+def write_outputs(sweep: SweepConfig, directory: str, rows: list[TrialRow], keys: list[str],
+                  concurrent: int) -> SweepOutcome:
+    """Write results.csv and best_config.yaml into the sweep directory; print the table."""
+    ranked = rank_rows(rows, sweep.mode)
+    where = _write_text(directory, "results.csv", results_csv(ranked, keys, sweep.metric))
+    best = best_row(ranked, sweep.mode)
+    print(f"\nsweep {sweep.name}: {len(rows)} trials ({sum(r.status == 'error' for r in rows)} failed), "
+          f"results in {where}")
+    print(format_table(ranked, keys, sweep.metric))
+    if best is None:
+        logger.warning("no trial reported a finite %s: no best config written", sweep.metric)
+    else:
+        where = _write_text(directory, "best_config.yaml", best_config_yaml(best, sweep.name, sweep.metric))
+        print(f"best: {best.trial_id} {sweep.metric}={best.metric:.4f} → {where}")
+    return SweepOutcome(directory, ranked, best, concurrent)
+
