@@ -207,11 +207,13 @@ class D3Pending:
         base = {"scheduler": "d3", "estimator": self.cfg.influence.estimator,
                 "solver": self.cfg.solver.type_name, "staleness": self.cfg.staleness}
         S = None
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
             info = ray.get(self.info_ref, timeout=timeout_s)
             if "error" in info:
                 return _fallback(self.n, None, info["error"], base)
-            result = ray.get(self.solve_ref, timeout=timeout_s)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            result = ray.get(self.solve_ref, timeout=left)
             S = ray.get(self.S_ref)
         except (GetTimeoutError, RayError) as err:
             ready, _ = ray.wait([self.S_ref], timeout=0)

@@ -1,0 +1,28 @@
+"""``d3ray bench {solver,influence,pipeline}``: benchmarks run side by side with their baseline in
+one process, reported as ratios, written as JSON (``--out FILE.json``)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+BENCHMARKS = {
+    "solver": "ordering solvers vs RSR and the exact optimum on planted, random and influence S",
+    "influence": "influence estimators and sketches: cost vs a training step, fidelity vs the reference",
+    "pipeline": "a D3 run vs a random-order run on the same tokens: throughput ratio, trainer wait",
+}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("bench", help="benchmarks (JSON out, ratios against a baseline)")
+    sub = parser.add_subparsers(dest="bench", required=True, metavar="BENCH")
+    for name, help_text in BENCHMARKS.items():
+        try:
+            module = importlib.import_module(f"d3ray.bench.{name}")
+        except ModuleNotFoundError as err:
+            if err.name == f"d3ray.bench.{name}":
+                continue
+            raise
+        bench = sub.add_parser(name, help=help_text)
+        module.add_arguments(bench)
+        bench.set_defaults(func=module.run)
