@@ -24,12 +24,25 @@ def shared_data(*parts: str) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def ray_cluster():
-    """A real local Ray instance (4 logical CPUs on any box), shared by every Ray test of the session."""
+def start_local_ray():
+    """A real local Ray instance (4 logical CPUs on any box), started once and shared by the Ray
+    tests of the session; a test that needs its own cluster shuts it down and the next one restarts it."""
     import ray
 
     if not ray.is_initialized():
         ray.init(num_cpus=4, include_dashboard=True, log_to_driver=False)
-    yield ray
-    ray.shutdown()
+    return ray
+
+
+@pytest.fixture
+def ray_cluster():
+    return start_local_ray()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shutdown_ray_at_end():
+    yield
+    import sys
+
+    if "ray" in sys.modules:
+        sys.modules["ray"].shutdown()

@@ -48,6 +48,8 @@ class TrainConfig:
     """CPUs Ray reserves per worker; keep some for Ray Data on small boxes (RAY_NOTES section 1)."""
     gpus_per_worker: float = 0.0
     """GPUs per worker; > 0 switches to NCCL, bf16 and CUDA."""
+    resources_per_worker: dict[str, float] = field(default_factory=dict)
+    """Custom Ray resources per worker, e.g. {"trainer_node": 0.01} to pin trainers to GPU nodes."""
     zero_stage: int = 2
     """DeepSpeed ZeRO stage 0-3."""
     lr: float = 3e-3

@@ -135,6 +135,7 @@ def run_pretrain(cfg: RunConfig, scheduler_resources: dict[str, Any] | None = No
     import ray
     import ray.train
     from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from d3ray.schedule.coordinator import ScheduleCoordinator
     from d3ray.schedule.scheduler import build_scheduler
@@ -157,15 +158,17 @@ def run_pretrain(cfg: RunConfig, scheduler_resources: dict[str, Any] | None = No
         scheduler = build_scheduler(cfg.schedule, cfg.seed, **resources)
         make_stream = partial(build_chunk_stream, prepared.train_shards, prepared.data, str(prepared.tokenizer_dir),
                               cfg.train.global_batch_size, cfg.schedule.L, cfg.schedule.shuffle_buffer, cfg.seed)
+        # The coordinator lives on the driver's node: it owns the chunk batches in the object store.
+        here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
         coordinator = ray.remote(ScheduleCoordinator).options(
-            num_cpus=0, max_concurrency=32, max_restarts=2, max_task_retries=2,
+            num_cpus=0, max_concurrency=32, max_restarts=2, max_task_retries=2, scheduling_strategy=here,
         ).remote(make_stream, scheduler, cfg.schedule.prefetch_chunks,
                  getattr(cfg.schedule, "staleness", 1), getattr(cfg.schedule, "deadline_s", None))
         spec = WorkerSpec(cfg=cfg, model_config=model_config, coordinator=coordinator,
                           eval_sets=[ray.put(eval_sets)] if eval_sets else [],
                           tokenizer_dir=str(prepared.tokenizer_dir),
                           publish_weights=bool(getattr(scheduler, "needs_weights", False)))
-        resources_per_worker = {"CPU": cfg.train.cpus_per_worker}
+        resources_per_worker = {"CPU": cfg.train.cpus_per_worker, **cfg.train.resources_per_worker}
         if cfg.train.use_gpu:
             resources_per_worker["GPU"] = cfg.train.gpus_per_worker
         trainer = TorchTrainer(
@@ -184,6 +187,7 @@ def run_pretrain(cfg: RunConfig, scheduler_resources: dict[str, Any] | None = No
             ),
         )
         result = trainer.fit()
+        write_placement(run_dir, coordinator, scheduler)
         final = dict(result.return_value or {})
         report = ray.get(coordinator.report.remote())
         (run_dir / "data_quality.json").write_text(json.dumps(report, indent=2))
@@ -197,6 +201,26 @@ def run_pretrain(cfg: RunConfig, scheduler_resources: dict[str, Any] | None = No
     finally:
         if owns_ray:
             ray.shutdown()
+
+
+def write_placement(run_dir: Path, coordinator: Any, scheduler: Any) -> None:
+    """``placement.json``: the node id of the coordinator and of each influence and solver actor."""
+    import ray
+
+    def node_of(actor: Any) -> str | None:
+        try:
+            return ray.get(actor.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()),
+                           timeout=30)
+        except Exception as err:  # a dead actor has no node: record why instead
+            return f"unavailable: {type(err).__name__}"
+
+    placement = {
+        "driver": ray.get_runtime_context().get_node_id(),
+        "coordinator": node_of(coordinator),
+        "influence": [node_of(a) for a in getattr(scheduler, "influence_actors", [])],
+        "solver": [node_of(a) for a in getattr(getattr(scheduler, "solver_pool", None), "actors", [])],
+    }
+    (run_dir / "placement.json").write_text(json.dumps(placement, indent=2))
 
 
 def print_summary(final: dict[str, Any], report: dict[str, Any]) -> None:

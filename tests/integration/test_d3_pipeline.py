@@ -7,14 +7,15 @@ are trained in the logged order.
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from d3ray.config import RunConfig
-from d3ray.config_loading import from_dict, load_config
+from d3ray.config_loading import load_config
 from d3ray.train.metrics import read_jsonl
+from tests.accounting import assert_exactly_once_in_logged_order, produce_chunks
+from tests.conftest import start_local_ray
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -59,35 +60,10 @@ def d3_config(corpus, out, name, *extra) -> RunConfig:
 
 
 @pytest.fixture(scope="module")
-def produced_chunks(ray_cluster, corpus, tmp_path_factory):
+def produced_chunks(corpus, tmp_path_factory):
     """The chunks the coordinator produces for these configs, read independently of any run."""
-    from d3ray.data.shards import list_shards
-    from d3ray.train.run import build_chunk_stream
-
-    cfg = d3_config(corpus, tmp_path_factory.mktemp("ref"), "ref")
-    stream = build_chunk_stream(list_shards(cfg.data.train_paths), cfg.data, cfg.data.tokenizer.path, B, L, 0, cfg.seed)
-    chunks = []
-    for chunk in stream:
-        chunks.append([b.sample_ids for b in chunk.batches])
-        if len(chunks) * L >= STEPS:
-            return chunks
-
-
-def assert_exactly_once_in_logged_order(run_dir, chunks):
-    cfg = from_dict(RunConfig, __import__("yaml").safe_load((run_dir / "config.yaml").read_text()))
-    assert cfg.schedule.type_name == "d3"
-    rows = read_jsonl(run_dir / "samples.jsonl")
-    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
-    trained = Counter(sid for r in rows for sid in r["sample_ids"])
-    produced = Counter(sid for chunk in chunks for batch in chunk for sid in batch)
-    assert trained == produced
-    schedule = {r["chunk_id"]: r for r in read_jsonl(run_dir / "schedule_log.jsonl")}
-    assert sorted(schedule) == list(range(len(chunks)))
-    for r in rows:
-        logged = schedule[r["chunk_id"]]["order"]
-        assert sorted(logged) == list(range(L))
-        assert tuple(r["sample_ids"]) == tuple(f"{sid}" for sid in chunks[r["chunk_id"]][logged[r["position"]]])
-    return schedule
+    start_local_ray()
+    return produce_chunks(d3_config(corpus, tmp_path_factory.mktemp("ref"), "ref"), STEPS)
 
 
 def test_d3_staleness0_with_bad_shard_and_nan_batch_completes_exactly_once(ray_cluster, corpus, produced_chunks, tmp_path):
@@ -96,7 +72,7 @@ def test_d3_staleness0_with_bad_shard_and_nan_batch_completes_exactly_once(ray_c
     cfg = d3_config(corpus, tmp_path, "stale0", "--schedule.staleness=0", "--schedule.inject_nan_batches=[5]")
     final = run_pretrain(cfg)
     assert final["steps"] == STEPS
-    schedule = assert_exactly_once_in_logged_order(cfg.run_dir, produced_chunks)
+    schedule = assert_exactly_once_in_logged_order(cfg.run_dir, produced_chunks, STEPS, L)
     # staleness 0: chunk c was scored at the weights published right after chunk c-1 (version c)
     assert [schedule[c]["weights_version"] for c in sorted(schedule)] == list(range(len(schedule)))
     assert not any(r["fallback"] for r in schedule.values())
@@ -116,7 +92,7 @@ def test_d3_staleness1_influence_actor_killed_mid_run_completes_exactly_once(ray
     final = run_pretrain(cfg)
     assert final["steps"] == STEPS
     assert (cfg.run_dir / ".faults" / "influence_crash_2").exists(), "the influence actor did crash"
-    schedule = assert_exactly_once_in_logged_order(cfg.run_dir, produced_chunks)
+    schedule = assert_exactly_once_in_logged_order(cfg.run_dir, produced_chunks, STEPS, L)
     # staleness 1: chunk c scored at the weights published when chunk c-1 started (version c-1)
     assert [schedule[c]["weights_version"] for c in sorted(schedule)] == [0] + list(range(len(schedule) - 1))
     assert schedule[2]["fallback"] is False, "the retried task on the restarted actor produced the order"
@@ -129,7 +105,7 @@ def test_d3_trainer_worker_fails_once_resumes_from_checkpoint_exactly_once(ray_c
     final = run_pretrain(cfg)
     assert final["steps"] == STEPS
     assert (cfg.run_dir / ".fail_at_step_10.done").exists(), "the trainer worker did fail"
-    schedule = assert_exactly_once_in_logged_order(cfg.run_dir, produced_chunks)
+    schedule = assert_exactly_once_in_logged_order(cfg.run_dir, produced_chunks, STEPS, L)
     assert len(read_jsonl(cfg.run_dir / "schedule_log.jsonl")) == len(schedule), "rolled back, no duplicates"
     # the checkpoint carries the schedule log: the orders decided are there to be reused on resume
     state = json.loads((Path(final["checkpoint"]) / "state.json").read_text())

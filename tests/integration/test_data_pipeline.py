@@ -1,7 +1,6 @@
 """The Ray Data stream (read → tokenize actor pool → pack) on a generated corpus with bad records."""
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -20,23 +19,15 @@ from d3ray.data import (
 )
 from d3ray.data.pipeline import iter_packed_sequences
 from d3ray.data.tokenizer import encode_texts, load_backend_tokenizer, train_tokenizer
+from tests.conftest import start_local_ray
 
 pytestmark = pytest.mark.ray
 
 
 @pytest.fixture(scope="module")
 def ray_local():
-    import ray
-
-    old = os.environ.get("RAY_DATA_DISABLE_PROGRESS_BARS")
-    os.environ["RAY_DATA_DISABLE_PROGRESS_BARS"] = "1"
-    ray.init(num_cpus=2, include_dashboard=False)
-    yield
-    ray.shutdown()
-    if old is None:
-        os.environ.pop("RAY_DATA_DISABLE_PROGRESS_BARS")
-    else:
-        os.environ["RAY_DATA_DISABLE_PROGRESS_BARS"] = old
+    """The session's shared local Ray (tests/conftest.py)."""
+    return start_local_ray()
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ def make_source(n: int):
     def source(epoch):
         for i in range(n):
             yield Seq(np.full(4, i, dtype=np.int32), "d", f"s:{i}:0", 4)
+
     return source
 
 

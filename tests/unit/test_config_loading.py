@@ -38,7 +38,9 @@ def test_load_config_invalid_value_reports_field_validation():
 
 
 def test_config_round_trip_through_dict_is_identity():
-    cfg = load_config(RunConfig, None, ["--schedule.type=random", "--schedule.L=5", "--model.overrides={n_layer: 3}"])
+    cfg = load_config(
+        RunConfig, None, ["--schedule.type=random", "--schedule.L=5", "--model.overrides={n_layer: 3}"]
+    )
     again = from_dict(RunConfig, to_dict(cfg))
     assert again == cfg
     assert isinstance(again.schedule, RandomScheduleConfig)

@@ -1,0 +1,86 @@
+"""Multi-node on one machine (ray.cluster_utils.Cluster): head + 2 worker nodes with custom
+resources. Trainers stay on the head, influence and solver actors land on the nodes their
+resources name; removing the node that hosts the influence actor mid-run moves it to the
+surviving node and the run still ends with exactly-once data.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from d3ray.config import RunConfig
+from d3ray.config_loading import load_config
+from d3ray.train.metrics import read_jsonl
+from tests.accounting import assert_exactly_once_in_logged_order, produce_chunks
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+STEPS, L = 16, 4
+
+
+def test_multinode_actors_follow_resources_and_node_loss_keeps_exactly_once(tmp_path):
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from d3ray.data.config import DataConfig
+    from d3ray.data.sample import write_sample_corpus
+    from d3ray.data.shards import list_shards
+    from d3ray.data.tokenizer import ensure_tokenizer
+    from d3ray.train.run import run_pretrain
+
+    write_sample_corpus(tmp_path / "data", seed=3, train_docs=300, validation_docs=70, train_shards=2)
+    data = DataConfig(train_paths=[str(tmp_path / "data" / "train")], seq_len=64)
+    tokenizer = ensure_tokenizer(data, list_shards(data.train_paths), tmp_path)
+
+    ray.shutdown()  # this test brings its own cluster; the next Ray test restarts the shared one
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 3, "resources": {"trainer_node": 2}})
+    workers = [cluster.add_node(num_cpus=2, resources={"influence_node": 1, "solver_node": 1}) for _ in range(2)]
+    try:
+        ray.init(address=cluster.address, log_to_driver=False)
+        cluster.wait_for_nodes()
+        cfg = load_config(RunConfig, None, [
+            "--name=multinode", f"--output_dir={tmp_path}",
+            f"--data.train_paths=[{tmp_path / 'data' / 'train'}]", f"--data.validation_paths=[{tmp_path / 'data' / 'validation'}]",
+            f"--data.tokenizer.path={tokenizer}", "--data.seq_len=64",
+            f"--train.steps={STEPS}", "--train.global_batch_size=8", "--train.micro_batch_size=2",
+            "--train.num_workers=2", "--train.resources_per_worker={trainer_node: 1}", "--train.eval_every=0",
+            "--eval.max_sequences_per_domain=2",
+            "--schedule.type=d3", f"--schedule.L={L}", "--schedule.influence.sketch.k=128",
+            "--schedule.influence.sample_fraction=0.5", "--schedule.deadline_s=60",
+            "--schedule.influence_num_cpus=0.5", "--schedule.influence_resources={influence_node: 0.5}",
+            "--schedule.solver_pool.num_cpus=0.25", "--schedule.solver_pool.resources={solver_node: 0.5}",
+        ])
+        chunks = produce_chunks(cfg, STEPS)
+        removed: dict[str, str] = {}
+
+        def remove_influence_node() -> None:
+            """Once the first chunk is trained, remove the worker node that hosts the influence actor."""
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline and len(read_jsonl(cfg.run_dir / "schedule_log.jsonl")) < 2:
+                time.sleep(0.5)
+            actor = ray.get_actor("d3ray:multinode:influence:0")
+            node_id = ray.get(actor.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()))
+            victim = next(w for w in workers if w.node_id == node_id)
+            cluster.remove_node(victim)
+            removed["node"] = node_id
+
+        killer = threading.Thread(target=remove_influence_node, daemon=True)
+        killer.start()
+        final = run_pretrain(cfg)
+        killer.join(timeout=60)
+
+        assert final["steps"] == STEPS
+        assert "node" in removed, "the influence node was removed mid-run"
+        assert_exactly_once_in_logged_order(cfg.run_dir, chunks, STEPS, L)
+        placement = json.loads((cfg.run_dir / "placement.json").read_text())
+        survivor = next(w.node_id for w in workers if w.node_id != removed["node"])
+        assert placement["influence"] == [survivor], "the restarted influence actor moved to the surviving node"
+        assert all(node in {w.node_id for w in workers} for node in placement["solver"])
+        assert placement["coordinator"] == placement["driver"] == cluster.head_node.node_id
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
