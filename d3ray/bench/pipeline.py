@@ -72,7 +72,7 @@ def _summarise(run_dir: Path, final: dict[str, Any]) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     from d3ray.config import RunConfig
     from d3ray.config_loading import load_config
-    from d3ray.train.run import run_pretrain
+    from d3ray.train.run import run_pretrain, start_ray, worker_env
 
     steps, L = (16, 4) if args.quick else (args.steps, args.L)
     work = Path(args.work_dir).resolve()
@@ -88,10 +88,17 @@ def run(args: argparse.Namespace) -> int:
         if cfg.run_dir.exists() and any(cfg.run_dir.glob("checkpoint_*")):
             raise SystemExit(f"{cfg.run_dir} holds an earlier run; remove it or pass another --work-dir")
     results = {}
-    for label, cfg in (("random", random_cfg), ("d3", d3_cfg)):
-        print(f"== {label}: {steps} steps, L={L}", flush=True)
-        final = run_pretrain(cfg)
-        results[label] = _summarise(cfg.run_dir, final)
+    owns_ray = start_ray(d3_cfg.ray, worker_env(d3_cfg))  # one Ray instance for both runs
+    try:
+        for label, cfg in (("random", random_cfg), ("d3", d3_cfg)):
+            print(f"== {label}: {steps} steps, L={L}", flush=True)
+            final = run_pretrain(cfg)
+            results[label] = _summarise(cfg.run_dir, final)
+    finally:
+        if owns_ray:
+            import ray
+
+            ray.shutdown()
     report = {
         "steps": steps, "L": L, "k": args.k, "sample_fraction": args.sample_fraction,
         "param_filter": args.param_filter, "estimator": args.estimator, "staleness": args.staleness,
