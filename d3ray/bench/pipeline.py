@@ -36,6 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--estimator", default="hutchinson")
     parser.add_argument("--staleness", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="16 steps, L=4 (a smoke test of the benchmark)")
+    parser.add_argument("--d3", action="append", default=[], metavar="KEY=VALUE",
+                        help="a dotted override for the D3 run only (repeatable), e.g. schedule.influence_num_gpus=0.25")
     parser.add_argument("overrides", nargs="*", help="extra dotted overrides for both runs (key=value)")
 
 
@@ -83,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         "--name=d3", "--schedule.type=d3", f"--schedule.staleness={args.staleness}",
         f"--schedule.influence.estimator={args.estimator}", f"--schedule.influence.sketch.k={args.k}",
         f"--schedule.influence.sample_fraction={args.sample_fraction}",
-        f"--schedule.influence.param_filter={args.param_filter}", *common])
+        f"--schedule.influence.param_filter={args.param_filter}", *common, *[f"--{o}" for o in args.d3]])
     for cfg in (random_cfg, d3_cfg):
         if cfg.run_dir.exists() and any(cfg.run_dir.glob("checkpoint_*")):
             raise SystemExit(f"{cfg.run_dir} holds an earlier run; remove it or pass another --work-dir")
