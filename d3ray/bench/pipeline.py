@@ -58,6 +58,10 @@ def _summarise(run_dir: Path, final: dict[str, Any]) -> dict[str, Any]:
         "final_loss": float(final["final_loss"]),
         "eval_mean_loss": final.get("eval/mean_loss"),
     }
+    # Steady state: without the wait for chunk 0 (data stream start-up, and for D3 the first
+    # influence + solve, which nothing can overlap).
+    first_wait = float(waits[0]) if len(waits) else 0.0
+    out["steady_tokens_per_sec"] = out["tokens"] / max(train_s - first_wait, 1e-9)
     if any("influence_sec" in r for r in schedule):
         inf = [r["influence_sec"] for r in schedule if "influence_sec" in r]
         sol = [r["solver_sec"] for r in schedule if "solver_sec" in r]
@@ -106,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
         "param_filter": args.param_filter, "estimator": args.estimator, "staleness": args.staleness,
         "random": results["random"], "d3": results["d3"],
         "throughput_ratio": results["d3"]["tokens_per_sec"] / results["random"]["tokens_per_sec"],
+        "steady_throughput_ratio": results["d3"]["steady_tokens_per_sec"] / results["random"]["steady_tokens_per_sec"],
         "trainer_wait_fraction": results["d3"]["trainer_wait_fraction"],
         "trainer_wait_fraction_after_first_chunk": results["d3"]["trainer_wait_fraction_after_first_chunk"],
         "targets": {"throughput_ratio": ">= 0.80", "trainer_wait_fraction": "< 0.02"},
@@ -113,9 +118,10 @@ def run(args: argparse.Namespace) -> int:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     print(f"\n{'':24}{'random':>12}{'d3':>12}")
-    for key in ("tokens_per_sec", "train_seconds", "trainer_wait_fraction", "final_loss"):
+    for key in ("tokens_per_sec", "steady_tokens_per_sec", "train_seconds", "trainer_wait_fraction", "final_loss"):
         print(f"{key:<24}{results['random'][key]:>12.4g}{results['d3'][key]:>12.4g}")
-    print(f"throughput_ratio {report['throughput_ratio']:.3f} (target >= 0.80) | trainer_wait_fraction "
+    print(f"throughput_ratio {report['throughput_ratio']:.3f} (steady state {report['steady_throughput_ratio']:.3f}; "
+          f"target >= 0.80) | trainer_wait_fraction "
           f"{report['trainer_wait_fraction']:.3f} ({report['trainer_wait_fraction_after_first_chunk']:.3f} after "
           f"chunk 0; target < 0.02) | influence {results['d3'].get('influence_sec_per_chunk')} s/chunk, "
           f"solver {results['d3'].get('solver_sec_per_chunk')} s/chunk")

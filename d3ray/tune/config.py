@@ -128,7 +128,9 @@ class SweepConfig:
         if self.trial_max_failures < -1:
             raise ValueError(f"trial_max_failures={self.trial_max_failures} must be >= -1")
         if not self.driver_cpus > 0:
-            raise ValueError(f"driver_cpus={self.driver_cpus} must be > 0 (Tune rejects empty trial resources)")
+            raise ValueError(
+                f"driver_cpus={self.driver_cpus} must be > 0 (Tune rejects empty trial resources)"
+            )
         if is_uri(self.storage_path) and self.runs_dir is None:
             raise ValueError(
                 f"runs_dir must be set when storage_path={self.storage_path!r} is a URI: trial run "

@@ -67,8 +67,14 @@ def _finite(value: Any) -> float | None:
     return None
 
 
-def trial_row(trial_id: str, params: dict[str, Any], cfg: RunConfig, last: dict[str, Any] | None,
-              error: BaseException | None, metric: str) -> TrialRow:
+def trial_row(
+    trial_id: str,
+    params: dict[str, Any],
+    cfg: RunConfig,
+    last: dict[str, Any] | None,
+    error: BaseException | None,
+    metric: str,
+) -> TrialRow:
     """A table row from a trial's last reported metrics (``last``) or its error."""
     last = last or {}
     step = last.get("step")
@@ -83,8 +89,9 @@ def trial_row(trial_id: str, params: dict[str, Any], cfg: RunConfig, last: dict[
     if error is not None:
         message = (str(error).strip().splitlines() or [type(error).__name__])[-1][:300]
     extras = {k: _finite(last.get(k)) for k in EXTRA_COLUMNS}
-    return TrialRow(trial_id, status, params, _finite(last.get(metric)), step, cfg.train.steps, cfg,
-                    extras, message)
+    return TrialRow(
+        trial_id, status, params, _finite(last.get(metric)), step, cfg.train.steps, cfg, extras, message
+    )
 
 
 def rank_rows(rows: Sequence[TrialRow], mode: str) -> list[TrialRow]:
@@ -92,7 +99,9 @@ def rank_rows(rows: Sequence[TrialRow], mode: str) -> list[TrialRow]:
     sign = 1.0 if mode == "min" else -1.0
 
     def key(row: TrialRow) -> tuple:
-        tier = 0 if row.status == "completed" and row.metric is not None else 1 if row.metric is not None else 2
+        tier = (
+            0 if row.status == "completed" and row.metric is not None else 1 if row.metric is not None else 2
+        )
         return (tier, sign * row.metric if row.metric is not None else 0.0, row.trial_id)
 
     return sorted(rows, key=key)
@@ -113,8 +122,15 @@ def table(rows: Sequence[TrialRow], keys: Sequence[str], metric: str) -> tuple[l
     header += ["run_dir", "error"]
     cells = []
     for r in rows:
-        line = [r.trial_id, r.status, *(_cell(r.params.get(k)) for k in keys), r.metric, r.step, r.steps,
-                *(r.extras.get(k) for k in EXTRA_COLUMNS)]
+        line = [
+            r.trial_id,
+            r.status,
+            *(_cell(r.params.get(k)) for k in keys),
+            r.metric,
+            r.step,
+            r.steps,
+            *(r.extras.get(k) for k in EXTRA_COLUMNS),
+        ]
         if show_gamma:
             line.append(gamma_changes_order(r.cfg))
         line += [str(r.cfg.run_dir), r.error]

@@ -221,8 +221,10 @@ def validate_space(base: Mapping[str, Any], axes: list[Axis]) -> list[RunConfig]
     n_combos = math.prod(len(a.values) for a in discrete) if discrete else 0
     if len(discrete) > 1 and n_combos <= MAX_VALIDATED_COMBINATIONS:
         for combo in itertools.product(*(a.values for a in discrete)):
-            build({**constants, **first, **{a.key: v for a, v in zip(discrete, combo, strict=True)}},
-                  [a.key for a in discrete])
+            build(
+                {**constants, **first, **{a.key: v for a, v in zip(discrete, combo, strict=True)}},
+                [a.key for a in discrete],
+            )
     elif n_combos > MAX_VALIDATED_COMBINATIONS:
         logger.warning("search space has %d grid/choice combinations; each axis was checked alone", n_combos)
     return list(built.values())

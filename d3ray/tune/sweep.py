@@ -136,11 +136,16 @@ def trial_resources(cfg: RunConfig, driver_cpus: float) -> dict[str, float]:
     """
     t, d, s = cfg.train, cfg.data, cfg.schedule
     need: dict[str, float] = {
-        "CPU": driver_cpus + t.num_workers * t.cpus_per_worker + DATA_READ_CPUS + d.tokenize_actors * d.tokenize_cpus,
+        "CPU": driver_cpus
+        + t.num_workers * t.cpus_per_worker
+        + DATA_READ_CPUS
+        + d.tokenize_actors * d.tokenize_cpus,
         "GPU": t.num_workers * t.gpus_per_worker,
     }
     if hasattr(s, "influence_actors"):  # D3: influence actors and the solver pool
-        need["CPU"] += s.influence_actors * s.influence_num_cpus + s.solver_pool.num_actors * s.solver_pool.num_cpus
+        need["CPU"] += (
+            s.influence_actors * s.influence_num_cpus + s.solver_pool.num_actors * s.solver_pool.num_cpus
+        )
         need["GPU"] += s.influence_actors * s.influence_num_gpus
         for name, amount in s.influence_resources.items():
             need[name] = need.get(name, 0.0) + s.influence_actors * amount
@@ -160,7 +165,9 @@ def derive_max_concurrent_trials(cluster: dict[str, float], per_trial: dict[str,
         have = float(cluster.get(name, 0.0))
         fits.append(math.floor(have / amount + 1e-9))
         if have < amount:
-            logger.warning("a trial needs %s=%g but the cluster has %g now (autoscaling?)", name, amount, have)
+            logger.warning(
+                "a trial needs %s=%g but the cluster has %g now (autoscaling?)", name, amount, have
+            )
     return max(1, min(fits)) if fits else 1
 
 
@@ -264,11 +271,15 @@ def prepare(sweep: SweepConfig) -> tuple[dict[str, Any], list[Axis], list[RunCon
     axes = parse_space(sweep.space)
     for axis in axes:
         if axis.key in ("name", "output_dir"):
-            raise ConfigError(f"search space key {axis.key!r}: set per trial by the sweep; it cannot be swept")
+            raise ConfigError(
+                f"search space key {axis.key!r}: set per trial by the sweep; it cannot be swept"
+            )
     configs = validate_space(base, axes)
     for cfg in configs:
         if cfg.train.eval_every == 0 and sweep.scheduler.type_name == "asha":
-            logger.warning("train.eval_every=0: the only validation is at the end, so ASHA cannot stop a trial early")
+            logger.warning(
+                "train.eval_every=0: the only validation is at the end, so ASHA cannot stop a trial early"
+            )
             break
     return base, axes, configs
 
@@ -313,15 +324,28 @@ def run_sweep(sweep: SweepConfig, resume: bool | None = None) -> SweepOutcome:
     try:
         derived = derive_max_concurrent_trials(ray.cluster_resources(), per_trial)
         concurrent = sweep.max_concurrent_trials or derived
-        logger.info("sweep %s: %d axes, per trial %s, cluster %s → max_concurrent_trials=%d%s", sweep.name,
-                    len(axes), per_trial, {k: v for k, v in ray.cluster_resources().items() if "node:" not in k},
-                    concurrent, " (set in the config)" if sweep.max_concurrent_trials else "")
-        _write_text(directory, "sweep.yaml", yaml.safe_dump(json.loads(json.dumps(identity)), sort_keys=False))
+        logger.info(
+            "sweep %s: %d axes, per trial %s, cluster %s → max_concurrent_trials=%d%s",
+            sweep.name,
+            len(axes),
+            per_trial,
+            {k: v for k, v in ray.cluster_resources().items() if "node:" not in k},
+            concurrent,
+            " (set in the config)" if sweep.max_concurrent_trials else "",
+        )
+        _write_text(
+            directory, "sweep.yaml", yaml.safe_dump(json.loads(json.dumps(identity)), sort_keys=False)
+        )
 
-        constants = {a.key: a.values[0] for a in axes if not a.varies}  # into the base: Tune shows only what varies
-        plan = TrialPlan(base=trial_dict(base, constants), sweep_name=sweep.name, runs_dir=trial_runs,
-                         metric=sweep.metric)
-        trainable = tune.with_resources(tune.with_parameters(train_driver, plan=plan), {"CPU": sweep.driver_cpus})
+        constants = {
+            a.key: a.values[0] for a in axes if not a.varies
+        }  # into the base: Tune shows only what varies
+        plan = TrialPlan(
+            base=trial_dict(base, constants), sweep_name=sweep.name, runs_dir=trial_runs, metric=sweep.metric
+        )
+        trainable = tune.with_resources(
+            tune.with_parameters(train_driver, plan=plan), {"CPU": sweep.driver_cpus}
+        )
         if restoring:
             logger.info("resuming sweep %s from %s", sweep.name, directory)
             tuner = tune.Tuner.restore(directory, trainable, resume_unfinished=True, resume_errored=False)
@@ -337,7 +361,9 @@ def run_sweep(sweep: SweepConfig, resume: bool | None = None) -> SweepOutcome:
                     mode=sweep.mode,
                     num_samples=sweep.num_samples,
                     # the concurrency limit goes to the generator: Tune ignores TuneConfig's with one
-                    search_alg=BasicVariantGenerator(max_concurrent=concurrent, random_state=sweep.search_seed),
+                    search_alg=BasicVariantGenerator(
+                        max_concurrent=concurrent, random_state=sweep.search_seed
+                    ),
                     scheduler=sweep.scheduler.build(max_t),
                     trial_dirname_creator=trial_dirname,
                 ),
@@ -365,18 +391,23 @@ def _row(result: Any, axes: list[Axis], plan: TrialPlan, metric: str) -> TrialRo
     params = {a.key: result.config.get(a.key) for a in axes if a.varies}
     last = result.metrics or {}
     trial_id = str(last.get("trial_id") or Path(result.path).name.removeprefix("trial_"))
-    cfg = trial_run_config(plan.base, result.config, name=f"{plan.sweep_name}-{trial_id}", output_dir=plan.runs_dir)
+    cfg = trial_run_config(
+        plan.base, result.config, name=f"{plan.sweep_name}-{trial_id}", output_dir=plan.runs_dir
+    )
     return trial_row(trial_id, params, cfg, last, result.error, metric)
 
 
-def write_outputs(sweep: SweepConfig, directory: str, rows: list[TrialRow], keys: list[str],
-                  concurrent: int) -> SweepOutcome:
+def write_outputs(
+    sweep: SweepConfig, directory: str, rows: list[TrialRow], keys: list[str], concurrent: int
+) -> SweepOutcome:
     """Write results.csv and best_config.yaml into the sweep directory; print the table."""
     ranked = rank_rows(rows, sweep.mode)
     where = _write_text(directory, "results.csv", results_csv(ranked, keys, sweep.metric))
     best = best_row(ranked, sweep.mode)
-    print(f"\nsweep {sweep.name}: {len(rows)} trials ({sum(r.status == 'error' for r in rows)} failed), "
-          f"results in {where}")
+    print(
+        f"\nsweep {sweep.name}: {len(rows)} trials ({sum(r.status == 'error' for r in rows)} failed), "
+        f"results in {where}"
+    )
     print(format_table(ranked, keys, sweep.metric))
     if best is None:
         logger.warning("no trial reported a finite %s: no best config written", sweep.metric)
@@ -384,4 +415,3 @@ def write_outputs(sweep: SweepConfig, directory: str, rows: list[TrialRow], keys
         where = _write_text(directory, "best_config.yaml", best_config_yaml(best, sweep.name, sweep.metric))
         print(f"best: {best.trial_id} {sweep.metric}={best.metric:.4f} → {where}")
     return SweepOutcome(directory, ranked, best, concurrent)
-

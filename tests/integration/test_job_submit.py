@@ -50,16 +50,36 @@ def ray_head(tmp_path):
     token = secrets.token_hex(32)
     dashboard_port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")}
-    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token, RAY_TRAIN_HEALTH_CHECK_INTERVAL_S="0.2",
-               RAY_DATA_DISABLE_PROGRESS_BARS="1", TOKENIZERS_PARALLELISM="false", DS_ACCELERATOR="cpu")
+    env.update(
+        RAY_AUTH_MODE="token",
+        RAY_AUTH_TOKEN=token,
+        RAY_TRAIN_HEALTH_CHECK_INTERVAL_S="0.2",
+        RAY_DATA_DISABLE_PROGRESS_BARS="1",
+        TOKENIZERS_PARALLELISM="false",
+        DS_ACCELERATOR="cpu",
+    )
     command = [
-        sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", "--disable-usage-stats",
-        "--num-cpus=4", "--object-store-memory=300000000", f"--temp-dir={temp_dir}",
-        "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
-        f"--port={free_port()}", f"--ray-client-server-port={free_port()}",
-        f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
-        f"--metrics-export-port={free_port()}", f"--runtime-env-agent-port={free_port()}",
-        f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
+        sys.executable,
+        "-m",
+        "ray.scripts.scripts",
+        "start",
+        "--head",
+        "--block",
+        "--disable-usage-stats",
+        "--num-cpus=4",
+        "--object-store-memory=300000000",
+        f"--temp-dir={temp_dir}",
+        "--node-ip-address=127.0.0.1",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={dashboard_port}",
+        f"--port={free_port()}",
+        f"--ray-client-server-port={free_port()}",
+        f"--dashboard-agent-listen-port={free_port()}",
+        f"--dashboard-agent-grpc-port={free_port()}",
+        f"--metrics-export-port={free_port()}",
+        f"--runtime-env-agent-port={free_port()}",
+        f"--node-manager-port={free_port()}",
+        f"--object-manager-port={free_port()}",
     ]
     log = open(tmp_path / "ray_head.log", "w")
     head = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -77,7 +97,9 @@ def ray_head(tmp_path):
                     head.wait(timeout=1.0)
                 except subprocess.TimeoutExpired:
                     continue
-                pytest.fail(f"ray start exited with {head.returncode}: {(tmp_path / 'ray_head.log').read_text()[-2000:]}")
+                pytest.fail(
+                    f"ray start exited with {head.returncode}: {(tmp_path / 'ray_head.log').read_text()[-2000:]}"
+                )
         yield address, headers
     finally:
         head.send_signal(signal.SIGTERM)  # `ray start --block` drains and stops the processes it started
@@ -122,13 +144,25 @@ def test_job_submit_tiny_pretrain_succeeds_and_writes_run_dir(ray_head, corpus, 
     data_dir, tokenizer = corpus
     out = tmp_path / "runs"
     args = [
-        "jobs/pretrain.py", "--config", "jobs/configs/tiny.yaml", "--name=job-test", f"--output_dir={out}",
-        f"--data.train_paths=[{data_dir / 'train'}]", f"--data.validation_paths=[{data_dir / 'validation'}]",
-        f"--data.tokenizer.path={tokenizer}", "--data.seq_len=64", f"--train.steps={STEPS}",
-        "--train.micro_batch_size=2", "--train.eval_every=0", "--schedule.L=2", "--eval.max_sequences_per_domain=2",
+        "jobs/pretrain.py",
+        "--config",
+        "jobs/configs/tiny.yaml",
+        "--name=job-test",
+        f"--output_dir={out}",
+        f"--data.train_paths=[{data_dir / 'train'}]",
+        f"--data.validation_paths=[{data_dir / 'validation'}]",
+        f"--data.tokenizer.path={tokenizer}",
+        "--data.seq_len=64",
+        f"--train.steps={STEPS}",
+        "--train.micro_batch_size=2",
+        "--train.eval_every=0",
+        "--schedule.L=2",
+        "--eval.max_sequences_per_domain=2",
     ]
     client = JobSubmissionClient(address, headers=headers)
-    job_id = client.submit_job(entrypoint=" ".join([sys.executable, *args]), runtime_env={"working_dir": str(REPO)})
+    job_id = client.submit_job(
+        entrypoint=" ".join([sys.executable, *args]), runtime_env={"working_dir": str(REPO)}
+    )
     logs = asyncio.run(asyncio.wait_for(_follow(client, job_id), JOB_TIMEOUT_S))
     status = client.get_job_status(job_id)
 
@@ -137,5 +171,7 @@ def test_job_submit_tiny_pretrain_succeeds_and_writes_run_dir(ray_head, corpus, 
     run_dir = out / "job-test"
     final = json.loads((run_dir / "final_metrics.json").read_text())
     assert final["steps"] == STEPS and final["run_dir"] == str(run_dir)
-    assert [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl") if "train/loss" in r] == list(range(1, STEPS + 1))
+    assert [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl") if "train/loss" in r] == list(
+        range(1, STEPS + 1)
+    )
     assert list(run_dir.glob("checkpoint_*")), "checkpoints written by path, outside the working dir"

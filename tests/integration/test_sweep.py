@@ -41,14 +41,25 @@ def corpus(tmp_path_factory):
 
 def tiny_sweep(corpus, storage) -> SweepConfig:
     data_dir, tokenizer = corpus
-    return load_config(SweepConfig, REPO / "tune_configs" / "tiny.yaml", [
-        f"--storage_path={storage}", "--max_concurrent_trials=1", "--scheduler.grace_period=4",
-        f"--space.train.steps={STEPS}", "--space.train.eval_every=4", "--space.train.micro_batch_size=2",
-        "--space.schedule.L={grid: [4, 8]}",
-        f"--space.data.train_paths=[{data_dir / 'train'}]", f"--space.data.validation_paths=[{data_dir / 'validation'}]",
-        f"--space.data.tokenizer.path={tokenizer}", "--space.data.seq_len=64",
-        "--space.eval.max_sequences_per_domain=2", "--space.train.log_every=8",
-    ])
+    return load_config(
+        SweepConfig,
+        REPO / "tune_configs" / "tiny.yaml",
+        [
+            f"--storage_path={storage}",
+            "--max_concurrent_trials=1",
+            "--scheduler.grace_period=4",
+            f"--space.train.steps={STEPS}",
+            "--space.train.eval_every=4",
+            "--space.train.micro_batch_size=2",
+            "--space.schedule.L={grid: [4, 8]}",
+            f"--space.data.train_paths=[{data_dir / 'train'}]",
+            f"--space.data.validation_paths=[{data_dir / 'validation'}]",
+            f"--space.data.tokenizer.path={tokenizer}",
+            "--space.data.seq_len=64",
+            "--space.eval.max_sequences_per_domain=2",
+            "--space.train.log_every=8",
+        ],
+    )
 
 
 def test_sweep_two_trials_tiny_writes_results_and_best_config_and_restores(ray_cluster, corpus, tmp_path):
