@@ -127,6 +127,10 @@ class InsertionDescent:
         """
         S, K, diag, tol = self.S, self.K, self.diag, self.tol
         moves = 0
+        if K >= SWEEP_MIN_K:  # far from a local optimum at large K: cheap item sweeps first
+            cost = ordering_cost(S, order) if cost is None else cost
+            moves, gain = self._sweeps(order, deadline)
+            cost += gain
         while True:
             if time.perf_counter() > deadline:
                 return order, ordering_cost(S, order) if cost is None else cost, moves, True
@@ -170,11 +174,18 @@ class InsertionDescent:
                 # SWEEP_MIN_K the per-call overhead dominates and another pass is cheaper.
                 m, gain = self._improve_items(order, stale, deadline)
                 moves, cost = moves + m, cost + gain
-                while time.perf_counter() <= deadline:  # first-improvement sweeps while they pay
-                    m, gain = self._improve_items(order, order.tolist(), deadline)
-                    moves, cost = moves + m, cost + gain
-                    if m * 50 < K:
-                        break
+                m, gain = self._sweeps(order, deadline)
+                moves, cost = moves + m, cost + gain
+
+    def _sweeps(self, order: np.ndarray, deadline: float) -> tuple[int, float]:
+        """First-improvement sweeps over all items while a sweep still moves >= 2% of them."""
+        moves, change = 0, 0.0
+        while time.perf_counter() <= deadline:
+            m, gain = self._improve_items(order, order.tolist(), deadline)
+            moves, change = moves + m, change + gain
+            if m * 50 < self.K:
+                break
+        return moves, change
 
     def _improve_items(self, order: np.ndarray, items: list[int], deadline: float) -> tuple[int, float]:
         """Give each item in turn its best insertion move if that improves (O(K) each).

@@ -66,10 +66,12 @@ def produced_chunks(corpus, tmp_path_factory):
     return produce_chunks(d3_config(corpus, tmp_path_factory.mktemp("ref"), "ref"), STEPS)
 
 
-def test_d3_staleness0_with_bad_shard_and_nan_batch_completes_exactly_once(ray_cluster, corpus, produced_chunks, tmp_path):
+def test_d3_staleness0_zero3_llama_with_bad_shard_and_nan_batch_completes_exactly_once(ray_cluster, corpus, produced_chunks, tmp_path):
     from d3ray.train.run import run_pretrain
 
-    cfg = d3_config(corpus, tmp_path, "stale0", "--schedule.staleness=0", "--schedule.inject_nan_batches=[5]")
+    # also the ZeRO-3 path: LLaMA weights gathered (16-bit) on every rank for the snapshots
+    cfg = d3_config(corpus, tmp_path, "stale0", "--schedule.staleness=0", "--schedule.inject_nan_batches=[5]",
+                    "--train.zero_stage=3", "--model.preset=llama-tiny")
     final = run_pretrain(cfg)
     assert final["steps"] == STEPS
     schedule = assert_exactly_once_in_logged_order(cfg.run_dir, produced_chunks, STEPS, L)
