@@ -9,17 +9,18 @@ is that MA, with ILS kicks as its mutation:
 
 1. start: the insertion local optimum (:class:`~d3ray.solver.local_search.InsertionDescent`) from the
    best of ``init``, Row-Sum and Greedy Insertion in Row-Sum sequence (the greedy order is the best
-   start at large K, where the descent is slow: at K = 1000 it alone beats RSR); the population then grows to ``population`` members, each a strong
-   random kick (min(K/2, 4 · ``perturb_moves``) insertions of any range) of the best order followed
-   by local search;
-2. each round: order-based crossover of two random members (each position of parent a kept with
-   probability ``crossover_keep``, the other items filled in in the relative order of parent b), with
-   probability ``mutation_rate`` a kick of ``perturb_moves`` random insertions of range
-   <= ``perturb_reach``, then local search to an insertion local optimum;
-3. steady-state replacement: the offspring replaces the worst member if it is better and its cost is
-   not already in the population (a cheap guard against duplicates).
+   start at large K, where the descent is slow: at K = 1000 it alone beats RSR);
+2. ILS phase: kick the best order (``perturb_moves`` random insertions of range <= ``perturb_reach``),
+   descend, keep the result if better. Structured S (a planted order plus noise) is usually solved
+   here, within a few dozen rounds;
+3. memetic phase, after ``grow_after`` rounds without a new best: the population grows to
+   ``population`` members, each a strong kick (min(K/2, 4 · ``perturb_moves``) insertions of any range)
+   of the best order plus descent; then each round is an order-based crossover of two random members
+   (each position of parent a kept with probability ``crossover_keep``, the other items filled in in
+   parent b's relative order), with probability ``mutation_rate`` a kick, and a descent; the offspring
+   replaces the worst member if it is better and its cost is not already in the population.
 
-With ``population = 1`` this is an ILS with better-only acceptance. Stopping: ``max_iters`` rounds,
+With ``population = 1`` this is a plain ILS with better-only acceptance. Stopping: ``max_iters`` rounds,
 ``patience`` rounds without a new best, or the wall clock ``time_budget_s``; only the last makes the
 result depend on machine speed (``stats["stopped_by"] == "time"``). Work per round is a few O(K²) numpy
 passes; measured cost and quality per K are in the README and ``d3ray bench solver``.
@@ -115,14 +116,15 @@ class IlsSolver(SolverBase):
                 stopped_by = "time"
                 break
             iters += 1
-            if len(members) < cfg.population:  # grow the population from the best order
+            ils_phase = len(members) == 1 and (cfg.population == 1 or since_best < cfg.grow_after)
+            if ils_phase:
+                child = members[0].copy()  # kick the best order
+                random_insertions(child, rng, cfg.perturb_moves, reach)
+            elif len(members) < cfg.population:  # grow the population from the best order
                 child = members[best_idx].copy()
                 random_insertions(
                     child, rng, max(cfg.perturb_moves, min(K // 2, 4 * cfg.perturb_moves)), K - 1
                 )
-            elif len(members) == 1:
-                child = members[0].copy()
-                random_insertions(child, rng, cfg.perturb_moves, reach)
             else:
                 i, j = rng.choice(len(members), size=2, replace=False)
                 child = order_crossover(members[i], members[j], rng, cfg.crossover_keep)
@@ -135,7 +137,12 @@ class IlsSolver(SolverBase):
             since_best += 1
             if any(abs(cost - c) <= tol for c in costs):
                 continue  # already in the population (by cost)
-            if len(members) < cfg.population:
+            if ils_phase:
+                if cost >= costs[0]:
+                    continue
+                members[0], costs[0] = child, cost
+                slot = 0
+            elif len(members) < cfg.population:
                 members.append(child)
                 costs.append(cost)
                 slot = len(members) - 1
@@ -172,6 +179,8 @@ class IlsConfig(SolverConfig):
     """Wall-clock cap in seconds (None: none); when it binds the result depends on machine speed."""
     population: int = 10
     """Local optima kept; 1 turns the solver into a plain ILS."""
+    grow_after: int = 20
+    """Rounds without a new best that the single-order ILS phase runs before the population grows."""
     crossover_keep: float = 0.5
     """Probability that a position keeps the first parent's item in the order-based crossover."""
     mutation_rate: float = 0.3
@@ -187,6 +196,8 @@ class IlsConfig(SolverConfig):
             raise ValueError(f"ils.patience must be >= 1 or None, got {self.patience!r}")
         if self.population < 1:
             raise ValueError(f"ils.population must be >= 1, got {self.population!r}")
+        if self.grow_after < 0:
+            raise ValueError(f"ils.grow_after must be >= 0, got {self.grow_after!r}")
         if not 0.0 < self.crossover_keep < 1.0:
             raise ValueError(f"ils.crossover_keep must be in (0, 1), got {self.crossover_keep!r}")
         if not 0.0 <= self.mutation_rate <= 1.0:

@@ -71,6 +71,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     from d3ray.train.metrics import RunLogs, progress_line
     from d3ray.train.model import build_model
 
+    # Ray Train logs two INFO lines per checkpoint report; the progress line says what matters.
+    logging.getLogger("ray.train").setLevel(logging.WARNING)
     spec: WorkerSpec = config["spec"]
     cfg, tcfg = spec.cfg, spec.cfg.train
     ctx = ray.train.get_context()
