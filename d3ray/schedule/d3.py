@@ -33,6 +33,7 @@ from d3ray.schedule.chunker import Chunk
 from d3ray.schedule.config import D3ScheduleConfig
 from d3ray.schedule.scheduler import ChunkDecision, DecidedOrder, PendingOrder
 from d3ray.solver import ordering_cost, row_sum_order
+from d3ray.solver.pool import SolverWorker
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +95,24 @@ class ChunkInfluenceWorker(InfluenceWorker):
         return self.lookahead_matrix(weights, self._as_inputs(batch_refs, batch_ids), batch_ids, rows=rows)
 
 
+class CrashingSolverWorker(SolverWorker):
+    """A SolverWorker that exits its process once when asked to order one chunk (fault drills)."""
+
+    def __init__(self, config, crash_at_chunk: int, fault_dir: str) -> None:
+        super().__init__(config)
+        self.crash_at_chunk = crash_at_chunk
+        self.fault_dir = fault_dir
+
+    def solve(self, key, S, init=None, seed=0):
+        marker = Path(self.fault_dir) / f"solver_crash_{key}"
+        if key == self.crash_at_chunk and not marker.exists():
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+            logger.warning("fault injection: solver actor exits while ordering chunk %s", key)
+            os._exit(1)
+        return super().solve(key, S, init, seed)
+
+
 def assemble_influence(estimator: str, gamma: float, batch_ids: list[int], *parts: Any):
     """Merge the workers' parts into S (L, L); also the info for the log and the next reference.
 
@@ -142,7 +161,12 @@ class D3Scheduler:
                     cfg.crash_influence_at_chunk if i == 0 else None, fault_dir)
             for i in range(cfg.influence_actors)
         ]
-        self.solver_pool = cfg.solver_pool.build(cfg.solver)
+        if cfg.crash_solver_at_chunk is not None and fault_dir is not None:
+            self.solver_pool = cfg.solver_pool.build(
+                cfg.solver, worker_cls=CrashingSolverWorker,
+                worker_kwargs={"crash_at_chunk": cfg.crash_solver_at_chunk, "fault_dir": fault_dir})
+        else:
+            self.solver_pool = cfg.solver_pool.build(cfg.solver)
         self._assemble = ray.remote(num_cpus=0, max_retries=2)(assemble_influence)
         self._reference: list | None = None
 

@@ -179,7 +179,7 @@ class IlsConfig(SolverConfig):
     """Wall-clock cap in seconds (None: none); when it binds the result depends on machine speed."""
     population: int = 10
     """Local optima kept; 1 turns the solver into a plain ILS."""
-    grow_after: int = 20
+    grow_after: int = 10
     """Rounds without a new best that the single-order ILS phase runs before the population grows."""
     crossover_keep: float = 0.5
     """Probability that a position keeps the first parent's item in the order-based crossover."""

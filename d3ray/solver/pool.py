@@ -95,7 +95,8 @@ class SolverPoolConfig:
         if self.max_task_retries < -1:
             raise ValueError(f"solver_pool.max_task_retries must be >= -1, got {self.max_task_retries!r}")
 
-    def build(self, solver: SolverConfig) -> SolverPool:
+    def build(self, solver: SolverConfig, worker_cls: type[SolverWorker] | None = None,
+              worker_kwargs: dict[str, Any] | None = None) -> SolverPool:
         return SolverPool(
             self.num_actors,
             solver,
@@ -103,6 +104,8 @@ class SolverPoolConfig:
             resources=dict(self.resources),
             max_restarts=self.max_restarts,
             max_task_retries=self.max_task_retries,
+            worker_cls=worker_cls,
+            worker_kwargs=worker_kwargs,
         )
 
 
@@ -118,6 +121,8 @@ class SolverPool:
         resources: custom resources per actor.
         max_restarts: actor restarts after a crash.
         max_task_retries: retries of an in-flight call after a crash (default: as many as restarts).
+        worker_cls: a SolverWorker subclass to run in the actors (default SolverWorker).
+        worker_kwargs: extra keyword arguments of ``worker_cls``.
     """
 
     def __init__(
@@ -128,6 +133,8 @@ class SolverPool:
         resources: dict[str, float] | None = None,
         max_restarts: int = 2,
         max_task_retries: int | None = None,
+        worker_cls: type[SolverWorker] | None = None,
+        worker_kwargs: dict[str, Any] | None = None,
     ) -> None:
         import ray
 
@@ -135,14 +142,14 @@ class SolverPool:
         SolverPoolConfig(  # validates the numbers
             num_actors=num_actors, num_cpus=num_cpus, max_restarts=max_restarts, max_task_retries=retries
         )
-        remote_cls = ray.remote(SolverWorker).options(
+        remote_cls = ray.remote(worker_cls or SolverWorker).options(
             num_cpus=num_cpus,
             resources=dict(resources or {}),
             max_restarts=max_restarts,
             max_task_retries=retries,
         )
         self.config = config
-        self._actors: list[ActorHandle] = [remote_cls.remote(config) for _ in range(num_actors)]
+        self._actors: list[ActorHandle] = [remote_cls.remote(config, **(worker_kwargs or {})) for _ in range(num_actors)]
         self._in_flight: list[list[ObjectRef]] = [[] for _ in range(num_actors)]
         self._next = 0
         logger.info(

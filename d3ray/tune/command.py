@@ -36,4 +36,4 @@ def run(args: argparse.Namespace) -> int:
 
     sweep = load_config(SweepConfig, args.config, args.overrides)
     outcome = run_sweep(sweep, resume=True if args.resume else None)
-    return 0 if outcome.best is not None else 1
+    return 0 if outcome.finished and outcome.best is not None else 1

@@ -40,7 +40,7 @@ class TrialRow:
 
     trial_id: str
     status: str
-    """``completed``, ``stopped early`` (ASHA) or ``error``."""
+    """``completed``, ``stopped early`` (ASHA), ``error``, or ``unfinished`` (the sweep was interrupted)."""
     params: dict[str, Any]
     """The varied keys' values (dotted keys)."""
     metric: float | None
@@ -74,13 +74,17 @@ def trial_row(
     last: dict[str, Any] | None,
     error: BaseException | None,
     metric: str,
+    tune_status: str = "TERMINATED",
 ) -> TrialRow:
-    """A table row from a trial's last reported metrics (``last``) or its error."""
+    """A table row from a trial's last reported metrics (``last``), its error and Tune's status of it
+    (``TERMINATED``, ``ERROR``; ``PENDING``/``RUNNING``/``PAUSED`` when the sweep was interrupted)."""
     last = last or {}
     step = last.get("step")
     step = int(step) if _finite(step) is not None else None
-    if error is not None:
+    if error is not None or tune_status == "ERROR":
         status = "error"
+    elif tune_status != "TERMINATED":
+        status = "unfinished"
     elif step is not None and step >= cfg.train.steps:
         status = "completed"
     else:

@@ -205,29 +205,44 @@ def validate_space(base: Mapping[str, Any], axes: list[Axis]) -> list[RunConfig]
     first = {a.key: a.candidates()[0] for a in varying}
     built: dict[str, RunConfig] = {}
 
-    def build(params: dict[str, Any], blame: list[str]) -> None:
+    def build(params: dict[str, Any], keys: list[str]) -> None:
         try:
             cfg = from_dict(RunConfig, trial_dict(base, params))
         except ConfigError as err:
+            blame = _culprits(base, params, keys) or keys
             what = ", ".join(repr(k) for k in blame) or "(the base config)"
-            raise ConfigError(f"search space key {what}: {err}{_hint(blame)}") from None
+            raise ConfigError(
+                f"search space key{'s' if len(blame) > 1 else ''} {what}: {err}{_hint(blame)}"
+            ) from None
         built[json.dumps(to_dict(cfg), sort_keys=True, default=str)] = cfg
 
     build(dict(constants), list(constants))
     for axis in varying:
         for value in axis.candidates():
-            build({**constants, **first, axis.key: value}, [axis.key])
+            build({**constants, **first, axis.key: value}, [*first, *constants])
     discrete = [a for a in varying if a.kind in ("grid", "choice")]
     n_combos = math.prod(len(a.values) for a in discrete) if discrete else 0
     if len(discrete) > 1 and n_combos <= MAX_VALIDATED_COMBINATIONS:
         for combo in itertools.product(*(a.values for a in discrete)):
             build(
                 {**constants, **first, **{a.key: v for a, v in zip(discrete, combo, strict=True)}},
-                [a.key for a in discrete],
+                [*first, *constants],
             )
     elif n_combos > MAX_VALIDATED_COMBINATIONS:
         logger.warning("search space has %d grid/choice combinations; each axis was checked alone", n_combos)
     return list(built.values())
+
+
+def _culprits(base: Mapping[str, Any], params: dict[str, Any], keys: list[str]) -> list[str]:
+    """The keys among ``keys`` without which ``params`` builds a valid RunConfig (the ones to blame)."""
+    out = []
+    for key in keys:
+        try:
+            from_dict(RunConfig, trial_dict(base, {k: v for k, v in params.items() if k != key}))
+        except ConfigError:
+            continue
+        out.append(key)
+    return out
 
 
 def _hint(keys: list[str]) -> str:

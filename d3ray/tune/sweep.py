@@ -91,6 +91,11 @@ class SweepOutcome:
     best: TrialRow | None
     max_concurrent_trials: int
 
+    @property
+    def finished(self) -> bool:
+        """False when the sweep was interrupted (trials left to run: re-run it to resume)."""
+        return not any(r.status == "unfinished" for r in self.rows)
+
 
 def sweep_dir(sweep: SweepConfig) -> str:
     """``<storage_path>/<name>``: absolute for local paths, the URI otherwise."""
@@ -296,89 +301,103 @@ def run_sweep(sweep: SweepConfig, resume: bool | None = None) -> SweepOutcome:
         ConfigError: bad keys in the space, or a resumed sweep whose space/base config changed.
     """
     import ray
-    from ray import tune
 
     from d3ray.train.run import start_ray, worker_env
 
     base, axes, configs = prepare(sweep)
-    directory, trial_runs = sweep_dir(sweep), runs_dir(sweep)
-    identity = _identity(sweep, base)
+    directory = sweep_dir(sweep)
+    identity = json.loads(json.dumps(_identity(sweep, base)))  # plain lists/dicts, as sweep.yaml holds them
+    restoring = _should_restore(sweep, directory, identity, resume)
+    per_trial: dict[str, float] = {}
+    for cfg in configs:  # the most any trial needs, resource by resource
+        for name, amount in trial_resources(cfg, sweep.driver_cpus).items():
+            per_trial[name] = max(per_trial.get(name, 0.0), amount)
+    constants = {a.key: a.values[0] for a in axes if not a.varies}  # into the base: Tune sees what varies
+    plan = TrialPlan(
+        base=trial_dict(base, constants), sweep_name=sweep.name, runs_dir=runs_dir(sweep), metric=sweep.metric
+    )
+
+    owns_ray = start_ray(sweep.ray, worker_env(from_dict(RunConfig, base)))
+    try:
+        cluster = {k: v for k, v in ray.cluster_resources().items() if not k.startswith("node:")}
+        concurrent = sweep.max_concurrent_trials or derive_max_concurrent_trials(cluster, per_trial)
+        logger.info(
+            "sweep %s: per trial %s, cluster %s → max_concurrent_trials=%d%s",
+            sweep.name,
+            per_trial,
+            cluster,
+            concurrent,
+            " (set in the config)" if sweep.max_concurrent_trials else "",
+        )
+        _write_text(directory, "sweep.yaml", yaml.safe_dump(identity, sort_keys=False))
+        grid = _tuner(sweep, axes, configs, plan, directory, concurrent, restoring).fit()
+        # Tune's Trial objects, in the order of the results, are the only record of a trial's status
+        # (a private attribute of ResultGrid; Ray is pinned to 2.60)
+        trials = grid._experiment_analysis.trials
+        rows = [
+            _row(result, trial, axes, plan, sweep.metric) for result, trial in zip(grid, trials, strict=True)
+        ]
+    finally:
+        if owns_ray:
+            ray.shutdown()
+    return write_outputs(sweep, directory, rows, varying_keys(axes), concurrent)
+
+
+def _should_restore(
+    sweep: SweepConfig, directory: str, identity: dict[str, Any], resume: bool | None
+) -> bool:
+    """Whether to restore the sweep in ``directory`` (see :func:`run_sweep`'s ``resume``)."""
+    from ray import tune
+
     saved = _read_text(directory, "sweep.yaml")
     restorable = saved is not None and tune.Tuner.can_restore(directory)
     if resume is True and not restorable:
         raise ConfigError(f"--resume: no sweep to resume in {directory}")
     if resume is False and restorable:
         raise ConfigError(f"a sweep named {sweep.name!r} exists in {directory}; resume it or pick a new name")
-    restoring = restorable and resume is not False
-    if restoring and yaml.safe_load(saved) != json.loads(json.dumps(identity)):
+    if restorable and resume is not False and yaml.safe_load(saved) != identity:
         raise ConfigError(
-            f"sweep {sweep.name!r} in {directory} was started with a different search space or base config; "
-            "use its original config, or a new name"
+            f"sweep {sweep.name!r} in {directory} was started with a different search space, base config, "
+            "metric or scheduler (see its sweep.yaml); use its original config, or a new name"
         )
+    return restorable and resume is not False
 
-    per_trial: dict[str, float] = {}
-    for cfg in configs:
-        for name, amount in trial_resources(cfg, sweep.driver_cpus).items():
-            per_trial[name] = max(per_trial.get(name, 0.0), amount)
-    owns_ray = start_ray(sweep.ray, worker_env(from_dict(RunConfig, base)))
-    try:
-        derived = derive_max_concurrent_trials(ray.cluster_resources(), per_trial)
-        concurrent = sweep.max_concurrent_trials or derived
-        logger.info(
-            "sweep %s: %d axes, per trial %s, cluster %s → max_concurrent_trials=%d%s",
-            sweep.name,
-            len(axes),
-            per_trial,
-            {k: v for k, v in ray.cluster_resources().items() if "node:" not in k},
-            concurrent,
-            " (set in the config)" if sweep.max_concurrent_trials else "",
-        )
-        _write_text(
-            directory, "sweep.yaml", yaml.safe_dump(json.loads(json.dumps(identity)), sort_keys=False)
-        )
 
-        constants = {
-            a.key: a.values[0] for a in axes if not a.varies
-        }  # into the base: Tune shows only what varies
-        plan = TrialPlan(
-            base=trial_dict(base, constants), sweep_name=sweep.name, runs_dir=trial_runs, metric=sweep.metric
-        )
-        trainable = tune.with_resources(
-            tune.with_parameters(train_driver, plan=plan), {"CPU": sweep.driver_cpus}
-        )
-        if restoring:
-            logger.info("resuming sweep %s from %s", sweep.name, directory)
-            tuner = tune.Tuner.restore(directory, trainable, resume_unfinished=True, resume_errored=False)
-        else:
-            from ray.tune.search import BasicVariantGenerator
+def _tuner(
+    sweep: SweepConfig,
+    axes: list[Axis],
+    configs: list[RunConfig],
+    plan: TrialPlan,
+    directory: str,
+    concurrent: int,
+    restoring: bool,
+) -> Any:
+    """A new Tuner over the varying axes, or the one restored from ``directory``."""
+    from ray import tune
+    from ray.tune.search import BasicVariantGenerator
 
-            max_t = max(cfg.train.steps for cfg in configs)
-            tuner = tune.Tuner(
-                trainable,
-                param_space=tune_param_space([a for a in axes if a.varies]),
-                tune_config=tune.TuneConfig(
-                    metric=sweep.metric,
-                    mode=sweep.mode,
-                    num_samples=sweep.num_samples,
-                    # the concurrency limit goes to the generator: Tune ignores TuneConfig's with one
-                    search_alg=BasicVariantGenerator(
-                        max_concurrent=concurrent, random_state=sweep.search_seed
-                    ),
-                    scheduler=sweep.scheduler.build(max_t),
-                    trial_dirname_creator=trial_dirname,
-                ),
-                run_config=tune.RunConfig(
-                    name=sweep.name,
-                    storage_path=directory.rsplit("/", 1)[0],
-                    failure_config=tune.FailureConfig(max_failures=sweep.trial_max_failures),
-                ),
-            )
-        grid = tuner.fit()
-        rows = [_row(result, axes, plan, sweep.metric) for result in grid]
-    finally:
-        if owns_ray:
-            ray.shutdown()
-    return write_outputs(sweep, directory, rows, varying_keys(axes), concurrent)
+    trainable = tune.with_resources(tune.with_parameters(train_driver, plan=plan), {"CPU": sweep.driver_cpus})
+    if restoring:
+        logger.info("resuming sweep %s from %s", sweep.name, directory)
+        return tune.Tuner.restore(directory, trainable, resume_unfinished=True, resume_errored=False)
+    return tune.Tuner(
+        trainable,
+        param_space=tune_param_space([a for a in axes if a.varies]),
+        tune_config=tune.TuneConfig(
+            metric=sweep.metric,
+            mode=sweep.mode,
+            num_samples=sweep.num_samples,
+            # the concurrency limit goes to the generator: Tune ignores TuneConfig's when given one
+            search_alg=BasicVariantGenerator(max_concurrent=concurrent, random_state=sweep.search_seed),
+            scheduler=sweep.scheduler.build(max(cfg.train.steps for cfg in configs)),
+            trial_dirname_creator=trial_dirname,
+        ),
+        run_config=tune.RunConfig(
+            name=sweep.name,
+            storage_path=directory.rsplit("/", 1)[0],
+            failure_config=tune.FailureConfig(max_failures=sweep.trial_max_failures),
+        ),
+    )
 
 
 def trial_dirname(trial: Any) -> str:
@@ -386,15 +405,13 @@ def trial_dirname(trial: Any) -> str:
     return f"trial_{trial.trial_id}"
 
 
-def _row(result: Any, axes: list[Axis], plan: TrialPlan, metric: str) -> TrialRow:
-    """A results-table row from a Tune ``Result``."""
+def _row(result: Any, trial: Any, axes: list[Axis], plan: TrialPlan, metric: str) -> TrialRow:
+    """A results-table row from a Tune ``Result`` and its ``Trial``."""
     params = {a.key: result.config.get(a.key) for a in axes if a.varies}
-    last = result.metrics or {}
-    trial_id = str(last.get("trial_id") or Path(result.path).name.removeprefix("trial_"))
     cfg = trial_run_config(
-        plan.base, result.config, name=f"{plan.sweep_name}-{trial_id}", output_dir=plan.runs_dir
+        plan.base, result.config, name=f"{plan.sweep_name}-{trial.trial_id}", output_dir=plan.runs_dir
     )
-    return trial_row(trial_id, params, cfg, last, result.error, metric)
+    return trial_row(trial.trial_id, params, cfg, result.metrics, result.error, metric, trial.status)
 
 
 def write_outputs(
@@ -404,11 +421,13 @@ def write_outputs(
     ranked = rank_rows(rows, sweep.mode)
     where = _write_text(directory, "results.csv", results_csv(ranked, keys, sweep.metric))
     best = best_row(ranked, sweep.mode)
+    failed, unfinished = (sum(r.status == s for r in rows) for s in ("error", "unfinished"))
     print(
-        f"\nsweep {sweep.name}: {len(rows)} trials ({sum(r.status == 'error' for r in rows)} failed), "
-        f"results in {where}"
+        f"\nsweep {sweep.name}: {len(rows)} trials ({failed} failed, {unfinished} unfinished), results in {where}"
     )
     print(format_table(ranked, keys, sweep.metric))
+    if unfinished:
+        logger.warning("sweep %s was interrupted: run the same command again to resume it", sweep.name)
     if best is None:
         logger.warning("no trial reported a finite %s: no best config written", sweep.metric)
     else:

@@ -112,3 +112,14 @@ def test_d3_trainer_worker_fails_once_resumes_from_checkpoint_exactly_once(ray_c
     # the checkpoint carries the schedule log: the orders decided are there to be reused on resume
     state = json.loads((Path(final["checkpoint"]) / "state.json").read_text())
     assert {int(c): o for c, o in state["schedule_orders"].items()} == {c: r["order"] for c, r in schedule.items()}
+
+
+def test_d3_solver_actor_killed_mid_run_completes_exactly_once(ray_cluster, corpus, produced_chunks, tmp_path):
+    from d3ray.train.run import run_pretrain
+
+    cfg = d3_config(corpus, tmp_path, "killsolver", "--schedule.crash_solver_at_chunk=1")
+    final = run_pretrain(cfg)
+    assert final["steps"] == STEPS
+    assert (cfg.run_dir / ".faults" / "solver_crash_1").exists(), "the solver actor did crash"
+    schedule = assert_exactly_once_in_logged_order(cfg.run_dir, produced_chunks, STEPS, L)
+    assert schedule[1]["fallback"] is False, "the retried solve on the restarted actor produced the order"

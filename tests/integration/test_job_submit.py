@@ -3,7 +3,7 @@ Submission API, SUCCEEDED, its outputs on disk; then only that head is stopped.
 
 The head is its own Ray instance (free ports, its own ``--temp-dir`` and auth token), so it does not
 collide with the session's ``ray_cluster`` fixture or any other Ray on the machine. It runs as
-``ray start --head --block`` in a new session: SIGTERM to that process drains and stops exactly the
+``ray start --head --block`` in a new session: SIGTERM to that process stops exactly the
 processes it started (``ray stop`` would stop every Ray on the machine), and a SIGKILL to its
 process group catches any straggler. Data and outputs are passed by absolute path; only the code
 (the repository, minus .gitignore/.rayignore) is shipped as the working dir.
@@ -43,9 +43,7 @@ def free_port() -> int:
 
 @pytest.fixture
 def ray_head(tmp_path):
-    """A separate Ray head (4 CPUs) on loopback; yields (dashboard URL, auth headers)."""
-    from ray.job_submission import JobSubmissionClient
-
+    """A separate Ray head (4 CPUs) on loopback; yields (dashboard URL, auth headers, its process)."""
     temp_dir = tempfile.mkdtemp(prefix="d3rj", dir="/tmp")  # short: Ray's unix socket paths must fit
     token = secrets.token_hex(32)
     dashboard_port = free_port()
@@ -53,6 +51,10 @@ def ray_head(tmp_path):
     env.update(
         RAY_AUTH_MODE="token",
         RAY_AUTH_TOKEN=token,
+        # Train V2's PlacementGroupCleaner looks its cluster up through the State API; with several Ray
+        # instances on this machine "auto" is ambiguous, so every process of this head is told its own
+        RAY_API_SERVER_ADDRESS=f"http://127.0.0.1:{dashboard_port}",
+        RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0",  # SIGTERM stops at once (no 30 s drain of an idle node)
         RAY_TRAIN_HEALTH_CHECK_INTERVAL_S="0.2",
         RAY_DATA_DISABLE_PROGRESS_BARS="1",
         TOKENIZERS_PARALLELISM="false",
@@ -85,24 +87,9 @@ def ray_head(tmp_path):
     head = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     address, headers = f"http://127.0.0.1:{dashboard_port}", {"Authorization": f"Bearer {token}"}
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:  # the dashboard answers once the head is up; waiting on the process doubles as the pause
-            try:
-                JobSubmissionClient(address, headers=headers)
-                break
-            except ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                try:
-                    head.wait(timeout=1.0)
-                except subprocess.TimeoutExpired:
-                    continue
-                pytest.fail(
-                    f"ray start exited with {head.returncode}: {(tmp_path / 'ray_head.log').read_text()[-2000:]}"
-                )
-        yield address, headers
+        yield address, headers, head
     finally:
-        head.send_signal(signal.SIGTERM)  # `ray start --block` drains and stops the processes it started
+        head.send_signal(signal.SIGTERM)  # `ray start --block` stops the processes it started
         try:
             head.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -114,6 +101,25 @@ def ray_head(tmp_path):
         head.wait()
         log.close()
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def until_ready(head: subprocess.Popen, attempt, timeout_s: float = START_TIMEOUT_S):
+    """``attempt()``, retried while the head is still coming up (dashboard not listening yet, or its
+    job agent not registered: "No available agent to submit job"). Waiting on the head process is
+    the pause between tries, and it fails the test at once if the head exits."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return attempt()
+        except (ConnectionError, RuntimeError) as err:
+            starting = isinstance(err, ConnectionError) or "No available agent" in str(err)
+            if not starting or time.monotonic() > deadline:
+                raise
+        try:
+            head.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            continue
+        pytest.fail(f"ray start exited with {head.returncode}")
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +146,7 @@ async def _follow(client, job_id: str) -> str:
 def test_job_submit_tiny_pretrain_succeeds_and_writes_run_dir(ray_head, corpus, tmp_path):
     from ray.job_submission import JobStatus, JobSubmissionClient
 
-    address, headers = ray_head
+    address, headers, head = ray_head
     data_dir, tokenizer = corpus
     out = tmp_path / "runs"
     args = [
@@ -159,9 +165,10 @@ def test_job_submit_tiny_pretrain_succeeds_and_writes_run_dir(ray_head, corpus, 
         "--schedule.L=2",
         "--eval.max_sequences_per_domain=2",
     ]
-    client = JobSubmissionClient(address, headers=headers)
-    job_id = client.submit_job(
-        entrypoint=" ".join([sys.executable, *args]), runtime_env={"working_dir": str(REPO)}
+    client = until_ready(head, lambda: JobSubmissionClient(address, headers=headers))
+    entrypoint = " ".join([sys.executable, *args])
+    job_id = until_ready(
+        head, lambda: client.submit_job(entrypoint=entrypoint, runtime_env={"working_dir": str(REPO)})
     )
     logs = asyncio.run(asyncio.wait_for(_follow(client, job_id), JOB_TIMEOUT_S))
     status = client.get_job_status(job_id)

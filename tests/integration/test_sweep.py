@@ -50,7 +50,9 @@ def tiny_sweep(corpus, storage) -> SweepConfig:
             "--scheduler.grace_period=4",
             f"--space.train.steps={STEPS}",
             "--space.train.eval_every=4",
-            "--space.train.micro_batch_size=2",
+            "--space.train.num_workers=1",  # the Tune plumbing is under test, not data parallelism
+            "--space.train.global_batch_size=4",
+            "--space.train.micro_batch_size=4",
             "--space.schedule.L={grid: [4, 8]}",
             f"--space.data.train_paths=[{data_dir / 'train'}]",
             f"--space.data.validation_paths=[{data_dir / 'validation'}]",

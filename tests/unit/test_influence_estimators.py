@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from d3ray.influence.statistics import (
@@ -12,6 +13,15 @@ from d3ray.influence.statistics import (
     gnb_diagonal,
     hutchinson_diagonal,
 )
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny tensors: a second intra-op thread only spins (20x the CPU time on a shared 2-core box)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def _quadratic(seed: int = 0, d: int = 12):
@@ -65,12 +75,12 @@ def _softmax_regression(seed: int = 0, n: int = 40, f: int = 5, c: int = 4):
 def test_gnb_softmax_regression_converges_to_exact_gauss_newton_diagonal():
     objective, params, gn_diag = _softmax_regression()
     rel = []
-    for samples in (4, 64, 2048):
+    for samples in (4, 64, 1024):
         _, _, h = gnb_diagonal(objective, params, samples, torch.Generator().manual_seed(2))
         rel.append(float((h["W"] - gn_diag).norm() / gn_diag.norm()))
 
     assert rel[2] < rel[1] < rel[0]
-    assert rel[2] < 0.05  # measured 0.02; the relative sd shrinks as 1/√samples
+    assert rel[2] < 0.1  # measured 0.046; the relative sd shrinks as 1/√samples
 
 
 def test_gnb_ignored_labels_are_not_sampled():
@@ -80,9 +90,10 @@ def test_gnb_ignored_labels_are_not_sampled():
     half = CrossEntropyObjective(objective.logits_fn, objective.inputs, labels)
     only_scored = CrossEntropyObjective(objective.logits_fn, objective.inputs[1::2], objective.labels[1::2])
 
-    _, _, h_half = gnb_diagonal(half, params, 4096, torch.Generator().manual_seed(3))
-    _, _, h_only = gnb_diagonal(only_scored, params, 4096, torch.Generator().manual_seed(4))
+    _, _, h_half = gnb_diagonal(half, params, 1024, torch.Generator().manual_seed(3))
+    _, _, h_only = gnb_diagonal(only_scored, params, 1024, torch.Generator().manual_seed(4))
 
+    # Two independent 1024-sample estimates of one diagonal: measured 0.052 apart (0.049 at other seeds).
     assert float((h_half["W"] - h_only["W"]).norm() / h_only["W"].norm()) < 0.1
 
 

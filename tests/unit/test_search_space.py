@@ -111,13 +111,21 @@ def test_validate_space_unknown_key_raises_naming_key_with_hint():
     with pytest.raises(
         ConfigError, match=r"search space key 'influence\.k'.*did you mean schedule\.influence\.sketch\.k"
     ):
-        validate_space(BASE, parse_space({"influence.k": {"grid": [512, 1024]}}))
+        validate_space(
+            BASE, parse_space({"schedule.L": {"grid": [4, 8]}, "influence.k": {"grid": [512, 1024]}})
+        )
 
 
-def test_validate_space_key_missing_under_one_grid_scheduler_raises():
+def test_validate_space_key_missing_under_one_grid_scheduler_raises_naming_that_key():
     space = {"schedule.type": {"grid": ["d3", "random"]}, "schedule.influence.gamma": {"grid": [0.1, 0.2]}}
-    with pytest.raises(ConfigError, match="unknown key 'schedule.influence' for RandomScheduleConfig"):
+    message = r"key 'schedule\.influence\.gamma': unknown key 'schedule\.influence' for RandomScheduleConfig"
+    with pytest.raises(ConfigError, match=message):
         validate_space(BASE, parse_space(space))
+    d3_base = {"schedule": {"type": "d3"}}  # over a d3 base the pair is to blame: either alone builds
+    with pytest.raises(
+        ConfigError, match=r"keys? 'schedule\.type', 'schedule\.influence\.gamma': unknown key"
+    ):
+        validate_space(d3_base, parse_space(space))
 
 
 def test_validate_space_float_range_over_integer_field_raises_before_any_trial():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -13,6 +14,15 @@ from d3ray.influence.config import GaussianSketchConfig, IdentitySketchConfig, S
 from d3ray.influence.sketch import SparseJLSketch, splitmix64, stable_seed
 
 MASK64 = (1 << 64) - 1
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny tensors: a second intra-op thread only spins (20x the CPU time on a shared 2-core box)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def _splitmix64_reference(x: int) -> int:
@@ -124,7 +134,13 @@ print(torch.cat([a, b], 1).numpy().tobytes().hex())
 
 def test_sketch_same_seed_identical_in_two_processes():
     outs = [
-        subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, check=True).stdout
+        subprocess.run(
+            [sys.executable, "-c", _CHILD],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        ).stdout
         for _ in range(2)
     ]
     v = torch.tensor(np.random.default_rng(3).normal(size=(2, 500)))

@@ -34,26 +34,30 @@ def rows():
         trial_row("t2", {"schedule.L": 2}, cfg("--name=s-t2"), {"step": 8, METRIC: 6.7}, None, METRIC),
         trial_row("t3", {"schedule.L": 1}, cfg("--name=s-t3"), {"step": 8, METRIC: math.nan}, None, METRIC),
         trial_row("t4", {"schedule.L": 3}, cfg("--name=s-t4"), None, RuntimeError("boom\ndiverged"), METRIC),
+        trial_row(
+            "t5", {"schedule.L": 5}, cfg("--name=s-t5"), {"step": 4, METRIC: 6.6}, None, METRIC, "RUNNING"
+        ),
     ]
 
 
 def test_rank_rows_finished_by_metric_then_stopped_early_then_no_metric():
     ranked = rank_rows(rows(), "min")
-    assert [r.trial_id for r in ranked] == ["t2", "t0", "t1", "t3", "t4"]
-    assert [r.status for r in ranked] == ["completed", "completed", "stopped early", "completed", "error"]
-    assert ranked[3].metric is None and ranked[4].error == "diverged"
+    assert [r.trial_id for r in ranked] == ["t2", "t0", "t1", "t5", "t3", "t4"]
+    statuses = ["completed", "completed", "stopped early", "unfinished", "completed", "error"]
+    assert [r.status for r in ranked] == statuses
+    assert ranked[4].metric is None and ranked[5].error == "diverged"
     assert best_row(ranked, "min").trial_id == "t2" and best_row(ranked, "max").trial_id == "t0"
 
 
 def test_results_csv_one_row_per_trial_with_params_and_metric():
     table = list(csv.DictReader(io.StringIO(results_csv(rank_rows(rows(), "min"), ["schedule.L"], METRIC))))
-    assert [r["trial_id"] for r in table] == ["t2", "t0", "t1", "t3", "t4"]
+    assert [r["trial_id"] for r in table] == ["t2", "t0", "t1", "t5", "t3", "t4"]
     assert (
         table[1]["schedule.L"] == "4"
         and float(table[1][METRIC]) == 6.9
         and float(table[1]["final_loss"]) == 7.0
     )
-    assert table[3][METRIC] == "" and table[4]["status"] == "error"
+    assert table[4][METRIC] == "" and table[5]["status"] == "error"
     assert table[0]["run_dir"] == "/tmp/sweep/runs/s-t2"
     assert "gamma_changes_order" not in table[0], "no γ column when γ does not vary"
 
