@@ -37,6 +37,9 @@ class RunConfig:
     """Seeds model init, data shuffling and every scheduler."""
     output_dir: str = "runs"
     """Parent of the run directory (a local path; checkpoints go to ``<output_dir>/<name>``)."""
+    storage_path: str | None = None
+    """Where Ray Train keeps checkpoints: a shared path or an s3:// / gs:// URI (multi-node clusters);
+    default ``output_dir``. Logs and the tokenizer stay in ``<output_dir>/<name>``."""
     ray: RayClusterConfig = field(default_factory=RayClusterConfig)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)

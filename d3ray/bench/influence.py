@@ -74,7 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="each batch mixes domains (like pre-training) or holds one domain",
     )
     parser.add_argument("--save-s", type=Path, help="save S matrices (.npy) for the solver benchmark")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, auto")
+    parser.add_argument("--device", default="cpu", help="device of the timed runs: cpu, cuda, auto")
+    parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch default)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
     ks = [int(k) for k in args.ks.split(",") if k]
     if args.chunk > 9:
         raise ValueError(f"--chunk must be <= 9 (exact solver), got {args.chunk}")
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    if args.threads:
+        torch.set_num_threads(args.threads)
     corpus = _corpus()
     records: list[dict[str, Any]] = []
     for model in models:
@@ -163,7 +165,7 @@ def _train(model_config: dict, corpus, args) -> tuple[dict[str, np.ndarray], flo
         loss.backward()
         opt.step()
         times.append(time.perf_counter() - t0)
-    logger.info("trained %d steps, loss %.3f", len(times), float(loss))
+    logger.info("trained %d steps, loss %.3f", len(times), float(loss.detach()))
     weights = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
     return weights, float(np.median(times[-min(20, len(times)) :]))
 
@@ -262,10 +264,26 @@ class _PeakMemory:
             self.peak_mb = max(self.high, self._rss()) - self.base
 
 
-def _cost(model_config, weights, batches, config, device: str) -> tuple[float, float, float]:
-    """(seconds per batch, sketch seconds per batch, peak MB) of one worker call in float32."""
+def _cost(model_config, weights, batches, config, device: str, threads: int) -> tuple[float, float, float]:
+    """(seconds per batch, sketch seconds per batch, peak MB) of one float32 worker call.
+
+    Runs in a fresh spawned process, so that the memory peak is not hidden by memory the allocator
+    kept from earlier work (on CPU it is the RSS growth during the call, sampled every 5 ms).
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_cost_in_process, model_config, weights, batches, config, device, threads).result()
+
+
+def _cost_in_process(model_config, weights, batches, config, device: str, threads: int):
+    import torch
+
     from d3ray.influence.worker import InfluenceWorker
 
+    if threads:
+        torch.set_num_threads(threads)
     worker = InfluenceWorker(model_config, replace(config, dtype="float32", device=device))
     ids = list(range(len(batches)))
     worker.load_weights(weights)
@@ -345,16 +363,16 @@ def _bench_model(model: str, args, estimators, ks, corpus) -> list[dict[str, Any
                         _save(args.save_s, f"{model}_chunk{c}", S_full, S, S_look[c])
             reference = Reference(vectors={s: _named_mean(rows[s], shapes) for s in rows}, count=L)
         del bs, rows
-        cost = _cost(model_config, weights, cost_batches, replace(base, estimator=est), args.device)
+        cost = _cost(model_config, weights, cost_batches, replace(base, estimator=est), args.device, args.threads)
         records.append(_record(model, est, None, "identity", False, {"lookahead": full_fid}, cost, step_sec))
         for k, cv in variants:
             cfg = replace(base, estimator=est, sketch=SjltSketchConfig(k=k), control_variate=cv)
-            cost = _cost(model_config, weights, cost_batches, cfg, args.device)
+            cost = _cost(model_config, weights, cost_batches, cfg, args.device, args.threads)
             records.append(_record(model, est, k, "sjlt", cv, fid[(k, cv)], cost, step_sec))
         print(f"[{model}] {est} done", flush=True)
         torch.cuda.empty_cache() if torch.cuda.is_available() else None
     if "lookahead" in estimators:
-        cost = _cost(model_config, weights, chunks[1], replace(base, estimator="lookahead"), args.device)
+        cost = _cost(model_config, weights, chunks[1], replace(base, estimator="lookahead"), args.device, args.threads)
         records.append(_record(model, "lookahead", None, "none", False, {}, cost, step_sec))
     return records
 

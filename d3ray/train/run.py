@@ -179,7 +179,7 @@ def run_pretrain(cfg: RunConfig, scheduler_resources: dict[str, Any] | None = No
                                                    resources_per_worker=resources_per_worker),
             run_config=ray.train.RunConfig(
                 name=cfg.name,
-                storage_path=str(run_dir.parent),
+                storage_path=cfg.storage_path or str(run_dir.parent),
                 failure_config=ray.train.FailureConfig(max_failures=cfg.train.max_failures),
                 checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.train.keep_checkpoints),
                 worker_runtime_env={"env_vars": env},
