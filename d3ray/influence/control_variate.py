@@ -24,72 +24,24 @@ carries a content hash (``reference_id``) that the merge checks.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 
 import numpy as np
 import torch
 
+from d3ray.influence.influence import Reference, mean_reference
 from d3ray.influence.sketch import Sketch
 
 logger = logging.getLogger(__name__)
 
+# Reference and mean_reference live in influence.py (numpy only) and are re-exported here.
 __all__ = ["EXTRA_COLUMNS", "STATISTICS", "ControlVariate", "Reference", "mean_reference"]
 
 #: The three per-batch statistics: gradient g, squared gradient q = g ⊙ g, Hessian diagonal h.
 STATISTICS = ("g", "q", "h")
 #: Columns appended to every sketch row by the control variate.
 EXTRA_COLUMNS = 3
-
-
-@dataclass(frozen=True)
-class Reference:
-    """Full-dimension reference vectors, one per statistic, shared by all workers of a chunk.
-
-    Attributes:
-        vectors: statistic ("g", "q", "h") → parameter name → array shaped like the parameter. A
-            statistic may be missing (then it gets no control variate).
-        count: number of batches averaged into it (for merging partial means); informational.
-    """
-
-    vectors: Mapping[str, Mapping[str, np.ndarray]]
-    count: int = 0
-
-    @property
-    def reference_id(self) -> str:
-        """Content hash of the vectors: equal references have equal ids in every process."""
-        digest = hashlib.blake2b(digest_size=12)
-        for stat in sorted(self.vectors):
-            for name in sorted(self.vectors[stat]):
-                arr = np.ascontiguousarray(self.vectors[stat][name], dtype=np.float64)
-                digest.update(f"{stat}/{name}/{arr.shape}".encode())
-                digest.update(arr.tobytes())
-        return digest.hexdigest()
-
-
-def mean_reference(parts: Sequence[Reference]) -> Reference:
-    """Count-weighted mean of partial references (e.g. the per-worker means of the previous chunk).
-
-    Raises:
-        ValueError: no part has a positive count, or the parts disagree on statistics / parameters.
-    """
-    parts = [p for p in parts if p.count > 0]
-    if not parts:
-        raise ValueError("mean_reference: no part holds any batch")
-    total = sum(p.count for p in parts)
-    keys = {stat: sorted(vecs) for stat, vecs in parts[0].vectors.items()}
-    out: dict[str, dict[str, np.ndarray]] = {}
-    for stat, names in keys.items():
-        out[stat] = {}
-        for name in names:
-            try:
-                acc = sum(np.asarray(p.vectors[stat][name], dtype=np.float64) * p.count for p in parts)
-            except KeyError as err:
-                raise ValueError(f"mean_reference: a part lacks {stat}/{err.args[0]}") from None
-            out[stat][name] = (acc / total).astype(np.float32)
-    return Reference(vectors=out, count=total)
 
 
 class ControlVariate:

@@ -13,29 +13,80 @@ Bad batches do not lose the chunk: a batch whose loss, gradient or statistics ar
 the solver leaves it where the tie-break puts it), and it is counted and reported.
 
 :class:`BatchSketches` is what a worker returns for its share of a chunk; :func:`influence_from_sketches`
-merges the shares of several workers in the chunk's batch order.
+merges the shares of several workers in the chunk's batch order. :class:`Reference` is the
+full-dimension control-variate reference (see control_variate.py) that all workers of a chunk share.
+Everything here is numpy only, so that the coordinator can merge without torch.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from d3ray.influence.control_variate import Reference
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "BatchSketches",
     "LookaheadRows",
+    "Reference",
+    "mean_reference",
     "influence_from_lookahead",
     "influence_from_sketches",
     "influence_matrices",
     "nonfinite_rows",
 ]
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Full-dimension reference vectors, one per statistic, shared by all workers of a chunk.
+
+    Attributes:
+        vectors: statistic ("g", "q", "h") → parameter name → array shaped like the parameter. A
+            statistic may be missing (then it gets no control variate).
+        count: number of batches averaged into it (for merging partial means); informational.
+    """
+
+    vectors: Mapping[str, Mapping[str, np.ndarray]]
+    count: int = 0
+
+    @property
+    def reference_id(self) -> str:
+        """Content hash of the vectors: equal references have equal ids in every process."""
+        digest = hashlib.blake2b(digest_size=12)
+        for stat in sorted(self.vectors):
+            for name in sorted(self.vectors[stat]):
+                arr = np.ascontiguousarray(self.vectors[stat][name], dtype=np.float64)
+                digest.update(f"{stat}/{name}/{arr.shape}".encode())
+                digest.update(arr.tobytes())
+        return digest.hexdigest()
+
+
+def mean_reference(parts: Sequence[Reference]) -> Reference:
+    """Count-weighted mean of partial references (e.g. the per-worker means of the previous chunk).
+
+    Raises:
+        ValueError: no part has a positive count, or the parts disagree on statistics / parameters.
+    """
+    parts = [p for p in parts if p.count > 0]
+    if not parts:
+        raise ValueError("mean_reference: no part holds any batch")
+    total = sum(p.count for p in parts)
+    keys = {stat: sorted(vecs) for stat, vecs in parts[0].vectors.items()}
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for stat, names in keys.items():
+        out[stat] = {}
+        for name in names:
+            try:
+                acc = sum(np.asarray(p.vectors[stat][name], dtype=np.float64) * p.count for p in parts)
+            except KeyError as err:
+                raise ValueError(f"mean_reference: a part lacks {stat}/{err.args[0]}") from None
+            out[stat][name] = (acc / total).astype(np.float32)
+    return Reference(vectors=out, count=total)
 
 
 @dataclass

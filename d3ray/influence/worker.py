@@ -138,8 +138,10 @@ class InfluenceWorker:
             key, state = None, weights
         else:
             refs = list(weights)
-            key = ",".join(r.hex() if hasattr(r, "hex") and callable(r.hex) else str(id(r)) for r in refs)
-            if key == self._loaded_key:
+            # Only ObjectRefs name an immutable snapshot; anything else is loaded every time.
+            is_ref = all(type(r).__name__ == "ObjectRef" for r in refs)
+            key = ",".join(r.hex() for r in refs) if is_ref and refs else None
+            if key is not None and key == self._loaded_key:
                 return
             state = {}
             for part in refs:
@@ -162,11 +164,9 @@ class InfluenceWorker:
                     if all(_OPTIONAL_KEYS.search(n) for n in names):
                         continue
                     raise ValueError(f"weights lack {names[0]!r} (and its tied names {names[1:]})")
-                value = torch.as_tensor(
-                    np.array(state[present[0]])
-                    if not torch.is_tensor(state[present[0]])
-                    else state[present[0]]
-                )
+                raw = state[present[0]]
+                # np.array copies: arrays from ray.get are read-only and torch wants writable memory.
+                value = raw if torch.is_tensor(raw) else torch.from_numpy(np.array(raw))
                 target = own[names[0]]
                 if tuple(value.shape) != tuple(target.shape):
                     raise ValueError(
@@ -348,7 +348,13 @@ class InfluenceWorker:
         self, vecs: dict[str, dict[str, torch.Tensor]], cv: ControlVariate | None
     ) -> dict[str, torch.Tensor]:
         """statistic → (k',) sketch row of one batch, with the control variate when one is given."""
-        sketches = {stat: self.sketch.project(named) for stat, named in vecs.items()}  # stat → (1, k)
+        stats = list(vecs)
+        # One projection of the stacked statistics: the rows/signs of each parameter are looked up once.
+        stacked = {
+            n: torch.cat([vecs[s][n] for s in stats]) for n in vecs["g"]
+        }  # name → (len(stats), *shape)
+        projected = self.sketch.project(stacked)  # (len(stats), k)
+        sketches = {s: projected[i : i + 1] for i, s in enumerate(stats)}  # stat → (1, k)
         if self.config.control_variate:
             if cv is not None:
                 sketches = cv.augment(vecs, sketches)

@@ -95,8 +95,12 @@ class SolverPoolConfig:
         if self.max_task_retries < -1:
             raise ValueError(f"solver_pool.max_task_retries must be >= -1, got {self.max_task_retries!r}")
 
-    def build(self, solver: SolverConfig, worker_cls: type[SolverWorker] | None = None,
-              worker_kwargs: dict[str, Any] | None = None) -> SolverPool:
+    def build(
+        self,
+        solver: SolverConfig,
+        worker_cls: type[SolverWorker] | None = None,
+        worker_kwargs: dict[str, Any] | None = None,
+    ) -> SolverPool:
         return SolverPool(
             self.num_actors,
             solver,
@@ -149,7 +153,9 @@ class SolverPool:
             max_task_retries=retries,
         )
         self.config = config
-        self._actors: list[ActorHandle] = [remote_cls.remote(config, **(worker_kwargs or {})) for _ in range(num_actors)]
+        self._actors: list[ActorHandle] = [
+            remote_cls.remote(config, **(worker_kwargs or {})) for _ in range(num_actors)
+        ]
         self._in_flight: list[list[ObjectRef]] = [[] for _ in range(num_actors)]
         self._next = 0
         logger.info(
