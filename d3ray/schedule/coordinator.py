@@ -107,7 +107,7 @@ class ScheduleCoordinator:
         self._stream: ChunkStream | None = None
         self._iter: Iterator[Chunk] | None = None
         self._next_id = 0
-        self._wanted = -1
+        self._wanted = prefetch_chunks - 1  # start streaming at once, while the trainers start up
         self._seek_to: int | None = None
         self._error: BaseException | None = None
         self.state = CoordinatorState()

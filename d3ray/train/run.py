@@ -164,6 +164,8 @@ def run_pretrain(cfg: RunConfig, scheduler_resources: dict[str, Any] | None = No
             num_cpus=0, max_concurrency=32, max_restarts=2, max_task_retries=2, scheduling_strategy=here,
         ).remote(make_stream, scheduler, cfg.schedule.prefetch_chunks,
                  getattr(cfg.schedule, "staleness", 1), getattr(cfg.schedule, "deadline_s", None))
+        if getattr(scheduler, "needs_weights", False) and not any(run_dir.glob("checkpoint_*")):
+            publish_initial_weights(cfg, model_config, coordinator)
         spec = WorkerSpec(cfg=cfg, model_config=model_config, coordinator=coordinator,
                           eval_sets=[ray.put(eval_sets)] if eval_sets else [],
                           tokenizer_dir=str(prepared.tokenizer_dir),
@@ -201,6 +203,20 @@ def run_pretrain(cfg: RunConfig, scheduler_resources: dict[str, Any] | None = No
     finally:
         if owns_ray:
             ray.shutdown()
+
+
+def publish_initial_weights(cfg: RunConfig, model_config: dict[str, Any], coordinator: Any) -> None:
+    """Publish the initial weights (version 0) from the driver, so that chunk 0's influence overlaps
+    with the trainers' start-up. They equal the trainers' own: same seed, same construction."""
+    import ray
+    import torch
+
+    from d3ray.train.model import build_model
+
+    torch.manual_seed(cfg.seed)
+    model = build_model(model_config, cfg.model)
+    weights = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
+    ray.get(coordinator.publish_weights.remote(0, [ray.put(weights)]))
 
 
 def write_placement(run_dir: Path, coordinator: Any, scheduler: Any) -> None:
