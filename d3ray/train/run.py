@@ -143,6 +143,8 @@ def run_pretrain(cfg: RunConfig, scheduler_resources: dict[str, Any] | None = No
     from d3ray.train.model import model_config_dict
 
     started = time.perf_counter()
+    # Workers run in other directories: hand them an absolute run directory.
+    cfg = dataclasses.replace(cfg, output_dir=str(cfg.run_dir.parent))
     env = worker_env(cfg)
     owns_ray = start_ray(cfg.ray, env)
     try:
