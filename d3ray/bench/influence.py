@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.quick:
         args.models, args.seeds, args.ks, args.train_steps, args.chunk = "tiny", 3, "256,3500", 30, 6
-        args.estimators, args.cost_batches = "first_order,hutchinson,lookahead", 2
+        args.estimators, args.cost_batches = "fisher,hutchinson,lookahead", 2
     models = [m for m in args.models.split(",") if m]
     estimators = [e for e in args.estimators.split(",") if e]
     ks = [int(k) for k in args.ks.split(",") if k]

@@ -102,6 +102,12 @@ class InfluenceWorker:
         self.names = [n for n, _ in self.model.named_parameters() if pattern is None or pattern.search(n)]
         if not self.names:
             raise ValueError(f"param_filter {config.param_filter!r} matches no parameter of the model")
+        if config.estimator == "lookahead" and config.dtype == "float32" and config.gamma < 1e-2:
+            logger.warning(
+                "lookahead in float32 with gamma=%g: loss differences this small are dominated by rounding; "
+                "use gamma >= 1e-2 or dtype float64",
+                config.gamma,
+            )
         self.sketch = config.sketch.build()
         self._loaded_key: str | None = None
         self._cv: ControlVariate | None = None
