@@ -46,3 +46,15 @@ def _shutdown_ray_at_end():
 
     if "ray" in sys.modules:
         sys.modules["ray"].shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Test tensors are tiny: a second intra-op thread only spins (20x the CPU time on a 2-core box).
+    Ray workers are other processes and keep their own setting."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

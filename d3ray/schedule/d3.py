@@ -73,9 +73,11 @@ class ChunkInfluenceWorker(InfluenceWorker):
         return out
 
     def sketch_chunk(self, chunk_id: int, weights: list, batch_refs: list, batch_ids: list[int],
-                     reference: list | None):
+                     reference: list | None, return_means: bool):
         """Sketches of this worker's share of the chunk; ``reference`` = [ref of the previous chunk's
-        mean directions] when several workers share a chunk (None: this call's own mean)."""
+        mean directions] when several workers share a chunk (None: this call's own mean);
+        ``return_means``: also return this share's full-dimension means (the next chunk's reference,
+        3·d floats: only worth shipping when several workers share chunks)."""
         import ray
         from ray.exceptions import RayError
 
@@ -87,7 +89,7 @@ class ChunkInfluenceWorker(InfluenceWorker):
             except RayError as err:  # the previous chunk failed; its parts will not merge: fallback there
                 logger.warning("chunk %d: no control-variate reference (%s)", chunk_id, type(err).__name__)
         return self.sketch_batches(weights, self._as_inputs(batch_refs, batch_ids), batch_ids,
-                                   reference=ref_value, return_means=True)
+                                   reference=ref_value, return_means=return_means)
 
     def lookahead_chunk(self, chunk_id: int, weights: list, batch_refs: list, batch_ids: list[int],
                         rows: list[int]):
@@ -169,6 +171,9 @@ class D3Scheduler:
             self.solver_pool = cfg.solver_pool.build(cfg.solver)
         self._assemble = ray.remote(num_cpus=0, max_retries=2)(assemble_influence)
         self._reference: list | None = None
+        # Only a pool of several influence workers needs a shared control-variate reference.
+        self._keeps_reference = (len(self.influence_actors) > 1 and cfg.influence.control_variate
+                                 and cfg.influence.estimator != "lookahead")
 
     def submit(self, chunk: Chunk, batch_refs: tuple, weights: list | None) -> PendingOrder:
         n = chunk.size
@@ -187,11 +192,11 @@ class D3Scheduler:
             shared = len(actors) > 1 and self._reference is not None
             splits = np.array_split(np.arange(n), len(actors)) if shared else [np.arange(n)]
             parts = [actors[k].sketch_chunk.remote(chunk.chunk_id, weights, [refs[i] for i in part], [ids[i] for i in part],
-                                                   self._reference if shared else None)
+                                                   self._reference if shared else None, self._keeps_reference)
                      for k, part in enumerate(splits) if len(part)]
         S_ref, info_ref, next_reference = self._assemble.options(num_returns=3).remote(
             self.cfg.influence.estimator, self.cfg.influence.gamma, ids, *parts)
-        if len(actors) > 1 and self.cfg.influence.control_variate and self.cfg.influence.estimator != "lookahead":
+        if self._keeps_reference:
             self._reference = [next_reference]  # the next chunk's reference: this chunk's mean directions
         solve_ref = self.solver_pool.submit(chunk.chunk_id, S_ref, seed=self.seed * 1_000_003 + chunk.chunk_id)
         return D3Pending(self.cfg, chunk.chunk_id, n, S_ref, info_ref, solve_ref, started)

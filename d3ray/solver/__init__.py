@@ -10,7 +10,7 @@ from d3ray.solver.exact import ExactConfig, solve_exact
 from d3ray.solver.greedy import GreedyInsertionConfig, RowSumConfig, greedy_insertion_order, row_sum_order
 from d3ray.solver.ils import IlsConfig
 from d3ray.solver.local_search import (
-    InsertionDescent,
+    Descent,
     RsrConfig,
     insertion_local_search,
     random_swap_refinement,
@@ -32,7 +32,7 @@ __all__ = [
     "ExactConfig",
     "GreedyInsertionConfig",
     "IlsConfig",
-    "InsertionDescent",
+    "Descent",
     "RowSumConfig",
     "RsrConfig",
     "SolveResult",

@@ -46,6 +46,9 @@ class SolverWorker:
     def __init__(self, config: SolverConfig) -> None:
         self.config = config
         self.solver = config.build()
+        # Compile (or load from numba's disk cache) the solver's kernels now, not on the first chunk.
+        warm = np.arange(16.0).reshape(4, 4)
+        self.solver.solve(warm - warm.T)
         self.solved = 0
 
     def solve(self, key: Any, S: Any, init: np.ndarray | None = None, seed: int = 0) -> SolveResult:

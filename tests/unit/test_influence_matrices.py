@@ -36,14 +36,6 @@ A_BY_HAND = np.array(
 S_BY_HAND = np.array([[0.0, 0.0, -0.25], [0.0, 0.0, -0.25], [0.25, 0.25, 0.0]])
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: a second intra-op thread only spins (20x the CPU time on a shared 2-core box)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def _quadratic_rows() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     sketch = IdentitySketch()

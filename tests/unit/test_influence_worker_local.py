@@ -20,14 +20,6 @@ EXACT = InfluenceConfig(
 )
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: a second intra-op thread only spins (20x the CPU time on a shared 2-core box)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def _batches(n: int = 3, b: int = 3, T: int = 12, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)

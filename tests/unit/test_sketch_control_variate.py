@@ -3,21 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 from d3ray.influence.control_variate import ControlVariate, Reference, mean_reference
 from d3ray.influence.influence import influence_matrices
 from d3ray.influence.sketch import IdentitySketch, SparseJLSketch
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: a second intra-op thread only spins (20x the CPU time on a shared 2-core box)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _stats(rng: np.random.Generator, n: int = 5, d: int = 400, spread: float = 0.2):

@@ -16,14 +16,6 @@ from d3ray.influence.sketch import SparseJLSketch, splitmix64, stable_seed
 MASK64 = (1 << 64) - 1
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: a second intra-op thread only spins (20x the CPU time on a shared 2-core box)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def _splitmix64_reference(x: int) -> int:
     """The uint64 finaliser in plain Python integers."""
