@@ -75,6 +75,10 @@ class D3ScheduleConfig(ScheduleConfig):
     """Custom resources per influence actor (e.g. {"gpu_node": 0.01})."""
     influence_max_restarts: int = 2
     """Restarts of a crashed influence actor (its in-flight task is retried on the new one)."""
+    influence_nice: int = 0
+    """OS scheduling niceness of influence actors (0-19). On CPU nodes shared with the trainers, 19
+    makes influence a background task that runs in the trainers' idle time (collective waits, data),
+    so it lengthens the influence's latency (hidden by staleness 1) instead of the training steps."""
     save_matrices: bool = True
     """Keep each chunk's S in the decision (rank 0 saves it under ``<run_dir>/influence/``)."""
     crash_influence_at_chunk: int | None = None
@@ -91,6 +95,8 @@ class D3ScheduleConfig(ScheduleConfig):
             raise ValueError(f"schedule.staleness={self.staleness} must be 0 or 1")
         if not self.deadline_s > 0:
             raise ValueError(f"schedule.deadline_s={self.deadline_s} must be > 0")
+        if not 0 <= self.influence_nice <= 19:
+            raise ValueError(f"schedule.influence_nice={self.influence_nice} must be in 0..19")
         if self.influence_actors < 1:
             raise ValueError(f"schedule.influence_actors={self.influence_actors} must be >= 1")
 

@@ -42,7 +42,9 @@ class ChunkInfluenceWorker(InfluenceWorker):
     """An InfluenceWorker that reads the chunk's ``GlobalBatch`` objects by reference."""
 
     def __init__(self, model_config: dict[str, Any], config: InfluenceConfig, nan_batches: list[int],
-                 crash_at_chunk: int | None = None, fault_dir: str | None = None) -> None:
+                 crash_at_chunk: int | None = None, fault_dir: str | None = None, nice: int = 0) -> None:
+        if nice:
+            os.nice(nice)  # background priority: yield the cores to the trainers (D3ScheduleConfig.influence_nice)
         super().__init__(model_config, config)
         self.nan_batches = set(nan_batches)
         self.crash_at_chunk = crash_at_chunk
@@ -160,7 +162,7 @@ class D3Scheduler:
         self.influence_actors = [
             remote.options(name=f"d3ray:{run_name}:influence:{i}", get_if_exists=False, **opts)
             .remote(model_config, cfg.influence, list(cfg.inject_nan_batches),
-                    cfg.crash_influence_at_chunk if i == 0 else None, fault_dir)
+                    cfg.crash_influence_at_chunk if i == 0 else None, fault_dir, cfg.influence_nice)
             for i in range(cfg.influence_actors)
         ]
         if cfg.crash_solver_at_chunk is not None and fault_dir is not None:

@@ -222,7 +222,8 @@ def publish_initial_weights(cfg: RunConfig, model_config: dict[str, Any], coordi
 
 
 def write_placement(run_dir: Path, coordinator: Any, scheduler: Any) -> None:
-    """``placement.json``: the node id of the coordinator and of each influence and solver actor."""
+    """``placement.json``: the node id of the coordinator and of each influence and solver actor, and
+    the influence actors' OS niceness (``schedule.influence_nice``)."""
     import ray
 
     def node_of(actor: Any) -> str | None:
@@ -232,10 +233,18 @@ def write_placement(run_dir: Path, coordinator: Any, scheduler: Any) -> None:
         except Exception as err:  # a dead actor has no node: record why instead
             return f"unavailable: {type(err).__name__}"
 
+    def niceness(actor: Any) -> int | str:
+        try:
+            return ray.get(actor.__ray_call__.remote(lambda self: os.nice(0)), timeout=30)
+        except Exception as err:
+            return f"unavailable: {type(err).__name__}"
+
+    influence = getattr(scheduler, "influence_actors", [])
     placement = {
         "driver": ray.get_runtime_context().get_node_id(),
         "coordinator": node_of(coordinator),
-        "influence": [node_of(a) for a in getattr(scheduler, "influence_actors", [])],
+        "influence": [node_of(a) for a in influence],
+        "influence_nice": [niceness(a) for a in influence],
         "solver": [node_of(a) for a in getattr(getattr(scheduler, "solver_pool", None), "actors", [])],
     }
     (run_dir / "placement.json").write_text(json.dumps(placement, indent=2))
