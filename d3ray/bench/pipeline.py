@@ -12,9 +12,10 @@ The knobs that trade fidelity for cost are the D3 config's ``influence.sample_fr
 ``influence.param_filter`` and ``influence.sketch.k``; the JSON records the values used. The defaults
 are the ones that met the targets on a 2-core box (k = 256, 1/8 of each batch's sequences, the last
 block's MLP and the final layer norm). ``schedule.influence_nice`` (default 19 here) runs the influence
-actor as a background process: on a CPU box its cores are the trainers' cores, and two synchronous
-trainers stall for every CPU-second it takes at equal priority (measured: ratio 0.78 at nice 0, 0.92
-at nice 19, 0 fallbacks either way); on GPU clusters influence has its own (fractional) GPU.
+actor as a background process (Ray runs all workers at 15): on a CPU box its cores are the trainers'
+cores, and two synchronous trainers stall for every CPU-second it takes at equal priority (measured:
+ratio 0.78 at equal niceness, 0.92 at 19, 0 fallbacks either way); on GPU clusters influence has its
+own (fractional) GPU.
 """
 
 from __future__ import annotations

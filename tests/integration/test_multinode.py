@@ -52,7 +52,7 @@ def test_multinode_actors_follow_resources_and_node_loss_keeps_exactly_once(tmp_
             "--schedule.type=d3", f"--schedule.L={L}", "--schedule.influence.sketch.k=128",
             "--schedule.influence.sample_fraction=0.5", "--schedule.deadline_s=60",
             "--schedule.influence_num_cpus=0.5", "--schedule.influence_resources={influence_node: 0.5}",
-            "--schedule.influence_nice=5",
+            "--schedule.influence_nice=18",
             "--schedule.solver_pool.num_cpus=0.25", "--schedule.solver_pool.resources={solver_node: 0.5}",
         ])
         chunks = produce_chunks(cfg, STEPS)
@@ -80,7 +80,7 @@ def test_multinode_actors_follow_resources_and_node_loss_keeps_exactly_once(tmp_
         placement = json.loads((cfg.run_dir / "placement.json").read_text())
         survivor = next(w.node_id for w in workers if w.node_id != removed["node"])
         assert placement["influence"] == [survivor], "the restarted influence actor moved to the surviving node"
-        assert placement["influence_nice"] == [5], "the restarted influence actor runs at the configured niceness"
+        assert placement["influence_nice"] == [18], "the restarted influence actor runs at the configured niceness"
         assert all(node in {w.node_id for w in workers} for node in placement["solver"])
         assert placement["coordinator"] == placement["driver"] == cluster.head_node.node_id
     finally:
