@@ -33,7 +33,7 @@ d3ray bench influence --quick --out "$OUT/influence.json"
 
 echo "== 3/3 pipeline benchmark (D3 vs random order)"
 d3ray bench pipeline --out "$OUT/pipeline.json" --work-dir "$OUT/pipeline" --steps 48 --L 8 --k 3500 \
-  --sample-fraction 0.25 --param-filter "." "${GPU_D3[@]/#/--d3=}" "${GPU_TRAIN[@]}" "${DATA_ARGS[@]/#--/}"
+  --sample-fraction 0.25 --param-filter "." --influence-nice 0 "${GPU_D3[@]/#/--d3=}" "${GPU_TRAIN[@]}" "${DATA_ARGS[@]/#--/}"
 
 python - "$OUT" <<'PY'
 import json, sys, pathlib
