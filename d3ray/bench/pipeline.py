@@ -10,12 +10,13 @@ the other, so the ratio compares like with like on this machine:
 
 The knobs that trade fidelity for cost are the D3 config's ``influence.sample_fraction``,
 ``influence.param_filter`` and ``influence.sketch.k``; the JSON records the values used. The defaults
-are the ones that met the targets on a 2-core box (k = 256, 1/8 of each batch's sequences, the last
-block's MLP and the final layer norm). ``schedule.influence_nice`` (default 19 here) runs the influence
-actor as a background process (Ray runs all workers at 15): on a CPU box its cores are the trainers'
-cores, and two synchronous trainers stall for every CPU-second it takes at equal priority (measured:
-ratio 0.78 at equal niceness, 0.92 at 19, 0 fallbacks either way); on GPU clusters influence has its
-own (fractional) GPU.
+are the cheapest that still order well on a 2-core box (k = 256, 1/8 of each batch's sequences, the
+last block's MLP and the final layer norm). ``--influence-nice`` (default 19) sets
+``schedule.influence_nice``: Ray runs every worker at niceness 15, so 19 gives the trainers the larger
+CPU share where the influence actor shares their cores. On a 2-core box the ratio stays noisy either
+way (0.73-0.92 at 19, 0.62-0.94 at 15 over runs of 96 steps): the steps that overlap a chunk's
+influence are 40-60% slower, because influence is CPU work on the trainers' cores; on GPU clusters it
+has its own (fractional) GPU.
 """
 
 from __future__ import annotations

@@ -77,9 +77,9 @@ class D3ScheduleConfig(ScheduleConfig):
     """Restarts of a crashed influence actor (its in-flight task is retried on the new one)."""
     influence_nice: int = 0
     """OS niceness (0-19) influence actors run at, at least: raised to it, never lowered (Ray starts its
-    workers, trainers included, at 15). On CPU nodes shared with the trainers, 19 makes influence a
-    background task that runs in the trainers' idle time (collective waits, data), so it lengthens the
-    influence's latency (hidden by staleness 1) instead of the training steps; 0 leaves Ray's value."""
+    workers, trainers included, at 15). On CPU nodes shared with the trainers, 19 gives the trainers
+    the larger share of the cores: influence latency grows (hidden by staleness 1) and the training
+    steps it overlaps slow down less; 0 leaves Ray's value."""
     save_matrices: bool = True
     """Keep each chunk's S in the decision (rank 0 saves it under ``<run_dir>/influence/``)."""
     crash_influence_at_chunk: int | None = None
