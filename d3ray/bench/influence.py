@@ -143,7 +143,10 @@ def _batches(rng: np.random.Generator, corpus: list[np.ndarray], n: int, b: int,
 def _model_config(name: str, T: int) -> dict:
     import transformers
 
-    return transformers.GPT2Config(vocab_size=512, n_positions=T, **MODELS[name]).to_dict()
+    # Byte-level ids (< 256) in a 512 vocabulary: GPT-2's default bos/eos id 50256 would lie outside it.
+    return transformers.GPT2Config(
+        vocab_size=512, n_positions=T, bos_token_id=0, eos_token_id=0, **MODELS[name]
+    ).to_dict()
 
 
 def _train(model_config: dict, corpus, args) -> tuple[dict[str, np.ndarray], float]:
