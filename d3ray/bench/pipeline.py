@@ -51,7 +51,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", help="extra dotted overrides for both runs (key=value)")
 
 
-def _summarise(run_dir: Path, final: dict[str, Any]) -> dict[str, Any]:
+def step_seconds_by_position(metrics: list[dict[str, Any]], L: int) -> list[float | None]:
+    """Mean ``time/step_sec`` of the steps at each position 0..L-1 of their chunk.
+
+    Where the influence of the next chunk competes with the trainers for cores, the first positions of
+    each chunk (while it runs) are slower than the last; under random order the profile is flat.
+    """
+    sums, counts = [0.0] * L, [0] * L
+    for row in metrics:
+        if row.get("time/step_sec") is None or row.get("step") is None:
+            continue
+        pos = (int(row["step"]) - 1) % L
+        sums[pos] += float(row["time/step_sec"])
+        counts[pos] += 1
+    return [s / n if n else None for s, n in zip(sums, counts, strict=True)]
+
+
+def _summarise(run_dir: Path, final: dict[str, Any], L: int) -> dict[str, Any]:
     from d3ray.train.metrics import read_jsonl
 
     schedule = read_jsonl(run_dir / "schedule_log.jsonl")
@@ -67,6 +83,7 @@ def _summarise(run_dir: Path, final: dict[str, Any]) -> dict[str, Any]:
         "trainer_wait_fraction_after_first_chunk": float(waits[1:].sum() / train_s) if len(waits) > 1 else 0.0,
         "final_loss": float(final["final_loss"]),
         "eval_mean_loss": final.get("eval/mean_loss"),
+        "step_sec_by_chunk_position": step_seconds_by_position(read_jsonl(run_dir / "metrics.jsonl"), L),
     }
     # Steady state: without the wait for chunk 0 (data stream start-up, and for D3 the first
     # influence + solve, which nothing can overlap).
@@ -110,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         for label, cfg in (("random", random_cfg), ("d3", d3_cfg)):
             print(f"== {label}: {steps} steps, L={L}", flush=True)
             final = run_pretrain(cfg)
-            results[label] = _summarise(cfg.run_dir, final)
+            results[label] = _summarise(cfg.run_dir, final, L)
     finally:
         if owns_ray:
             import ray
@@ -131,6 +148,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"\n{'':24}{'random':>12}{'d3':>12}")
     for key in ("tokens_per_sec", "steady_tokens_per_sec", "train_seconds", "trainer_wait_fraction", "final_loss"):
         print(f"{key:<24}{results['random'][key]:>12.4g}{results['d3'][key]:>12.4g}")
+    for label in ("random", "d3"):
+        profile = " ".join("-" if t is None else f"{t:.3f}" for t in results[label]["step_sec_by_chunk_position"])
+        print(f"{label} step seconds by position in chunk: {profile}")
     print(f"throughput_ratio {report['throughput_ratio']:.3f} (steady state {report['steady_throughput_ratio']:.3f}; "
           f"target >= 0.80) | trainer_wait_fraction "
           f"{report['trainer_wait_fraction']:.3f} ({report['trainer_wait_fraction_after_first_chunk']:.3f} after "
