@@ -43,8 +43,9 @@ class ChunkInfluenceWorker(InfluenceWorker):
 
     def __init__(self, model_config: dict[str, Any], config: InfluenceConfig, nan_batches: list[int],
                  crash_at_chunk: int | None = None, fault_dir: str | None = None, nice: int = 0) -> None:
-        if nice > os.nice(0):  # background priority: yield the cores to the trainers (D3ScheduleConfig.influence_nice)
-            os.nice(nice - os.nice(0))
+        current = os.nice(0)
+        if nice > current:  # background priority: yield the cores to the trainers (D3ScheduleConfig.influence_nice)
+            os.nice(nice - current)
         super().__init__(model_config, config)
         self.nan_batches = set(nan_batches)
         self.crash_at_chunk = crash_at_chunk

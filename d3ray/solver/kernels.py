@@ -3,7 +3,7 @@
 Why compiled: at the chunk sizes D3 uses (L = 20-200) a search is millions of O(1) steps over a
 K x K matrix that fits in cache; numpy's per-call overhead (~1 µs x ~11 calls per neighbourhood pass)
 dominated the old vectorised descent. ``d3ray bench solver`` measures the result: the compiled memetic
-search does ~100x more rounds per second at K = 60 (numbers in the package README).
+search does ~20x more rounds per second at K = 60 (numbers in the package README).
 
 Randomness comes from numba's generator, which is per thread: a solve calls :func:`seed` first and
 runs in one thread, so its result depends only on its seed (a ``numpy.random.Generator`` call costs
@@ -30,7 +30,6 @@ __all__ = [
     "order_cost",
     "pick_two",
     "seed",
-    "warm_up",
 ]
 
 
@@ -183,16 +182,3 @@ def crossover(a: np.ndarray, b: np.ndarray, keep: float) -> np.ndarray:
         j += 1
     return child
 
-
-def warm_up() -> None:
-    """Compile (or load from the disk cache) every kernel on a 3 x 3 problem; call once per process."""
-    S = np.array([[0.0, 1.0, -1.0], [-1.0, 0.0, 2.0], [1.0, -2.0, 0.0]])
-    order = np.arange(3, dtype=np.int64)
-    order_cost(S, order)
-    descend(S, order, 0.0, 10)
-    seed(0)
-    coin(0.5)
-    pick_two(3)
-    permutation(3)
-    kick(S, order, 1, 1)
-    crossover(order, order[::-1].copy(), 0.5)

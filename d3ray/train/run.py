@@ -226,25 +226,22 @@ def write_placement(run_dir: Path, coordinator: Any, scheduler: Any) -> None:
     the influence actors' OS niceness (``schedule.influence_nice``)."""
     import ray
 
-    def node_of(actor: Any) -> str | None:
+    def ask(actor: Any, fn: Any) -> Any:
+        """``fn()`` evaluated inside the actor's process; a dead actor gives the reason instead."""
         try:
-            return ray.get(actor.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()),
-                           timeout=30)
-        except Exception as err:  # a dead actor has no node: record why instead
-            return f"unavailable: {type(err).__name__}"
-
-    def niceness(actor: Any) -> int | str:
-        try:
-            return ray.get(actor.__ray_call__.remote(lambda self: os.nice(0)), timeout=30)
+            return ray.get(actor.__ray_call__.remote(lambda self: fn()), timeout=30)
         except Exception as err:
             return f"unavailable: {type(err).__name__}"
+
+    def node_of(actor: Any) -> str:
+        return ask(actor, lambda: ray.get_runtime_context().get_node_id())
 
     influence = getattr(scheduler, "influence_actors", [])
     placement = {
         "driver": ray.get_runtime_context().get_node_id(),
         "coordinator": node_of(coordinator),
         "influence": [node_of(a) for a in influence],
-        "influence_nice": [niceness(a) for a in influence],
+        "influence_nice": [ask(a, lambda: os.nice(0)) for a in influence],
         "solver": [node_of(a) for a in getattr(getattr(scheduler, "solver_pool", None), "actors", [])],
     }
     (run_dir / "placement.json").write_text(json.dumps(placement, indent=2))

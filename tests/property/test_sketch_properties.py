@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,14 +14,6 @@ from d3ray.influence.sketch import IdentitySketch
 
 SETTINGS = settings(max_examples=25, deadline=None)
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: a second intra-op thread only spins (20x the CPU time on a shared 2-core box)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @st.composite

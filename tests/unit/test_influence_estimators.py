@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 from d3ray.influence.statistics import (
@@ -13,15 +12,6 @@ from d3ray.influence.statistics import (
     gnb_diagonal,
     hutchinson_diagonal,
 )
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: a second intra-op thread only spins (20x the CPU time on a shared 2-core box)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _quadratic(seed: int = 0, d: int = 12):
