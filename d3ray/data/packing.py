@@ -10,6 +10,13 @@ document, where ``offset == len(doc)`` is the EOS after it). The id is a pure fu
 corpus and the tokenizer, so a deterministic re-stream gives the same ids: this is what
 exactly-once accounting across restarts keys on.
 
+The packer works on whole blocks of documents with NumPy (:meth:`SequencePacker.feed_block`: one
+gather and one reshape per domain and block, no Python loop over documents or tokens) and emits
+sequences in the order a one-document-at-a-time packer would: by the document that completes
+them. That order depends only on the documents, not on how they were cut into blocks, which is
+what lets a resumed stream skip the sequences of a block it already emitted. Its state (at most
+T - 1 carried tokens per domain) is a small JSON-safe dict, so a stream cursor can hold it.
+
 Pure Python + NumPy, no Ray.
 
     doc a (domain X): a0 a1 a2 a3 a4          T = 4, E = EOS
@@ -21,8 +28,10 @@ Pure Python + NumPy, no Ray.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import base64
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -51,6 +60,36 @@ class TokenizedDocument:
     line: int
 
 
+@dataclass(frozen=True)
+class TokenBlock:
+    """Good documents of one stream block, columnar: document i's tokens (without EOS) are
+    ``values[offsets[i]:offsets[i + 1]]``. ``values``: (N,) int32; ``offsets``: (n + 1,) int64."""
+
+    values: np.ndarray
+    offsets: np.ndarray
+    domains: Sequence[str]
+    shards: Sequence[str]
+    lines: Sequence[int]
+
+    @classmethod
+    def of(cls, docs: Sequence[TokenizedDocument]) -> TokenBlock:
+        lengths = np.fromiter((len(d.token_ids) for d in docs), dtype=np.int64, count=len(docs))
+        offsets = np.zeros(len(docs) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        values = (np.concatenate([np.asarray(d.token_ids, dtype=np.int32) for d in docs])
+                  if docs else np.zeros(0, dtype=np.int32))
+        return cls(values, offsets, [d.domain for d in docs], [d.shard for d in docs], [d.line for d in docs])
+
+
+def encode_tokens(tokens: np.ndarray) -> str:
+    """Token ids as base64 of little-endian int32 (compact and JSON-safe)."""
+    return base64.b64encode(np.asarray(tokens, dtype="<i4").tobytes()).decode("ascii")
+
+
+def decode_tokens(text: str) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(text), dtype="<i4").astype(np.int32)
+
+
 def make_sample_id(shard: str, line: int, offset: int) -> str:
     """The stable id ``"<shard>:<line>:<offset>"`` of the sequence that starts at that token."""
     return f"{shard}:{line}:{offset}"
@@ -60,17 +99,6 @@ def parse_sample_id(sample_id: str) -> tuple[str, int, int]:
     """Inverse of :func:`make_sample_id`; shard names (URIs) may themselves contain ``:``."""
     shard, line, offset = sample_id.rsplit(":", 2)
     return shard, int(line), int(offset)
-
-
-class _DomainBuffer:
-    """Tokens of one domain not yet emitted (fewer than T), and the id of the first of them."""
-
-    __slots__ = ("parts", "n", "head_id")
-
-    def __init__(self) -> None:
-        self.parts: list[np.ndarray] = []
-        self.n = 0
-        self.head_id = ""
 
 
 class SequencePacker:
@@ -86,36 +114,70 @@ class SequencePacker:
             raise ValueError(f"seq_len must be >= 1, got {seq_len}")
         self.seq_len = seq_len
         self.eos_id = eos_id
-        self._buffers: dict[str, _DomainBuffer] = {}
+        # domain -> (carried tokens (n < T,), sample id of the first of them). Arrays are replaced,
+        # never changed in place, so a shallow copy of this dict is a snapshot.
+        self._carry: dict[str, tuple[np.ndarray, str]] = {}
 
     def feed(self, doc: TokenizedDocument) -> list[PackedSequence]:
         """Add one document (its tokens then EOS); return the sequences it completes, in order."""
+        return self.feed_block(TokenBlock.of([doc]))
+
+    def feed_block(self, block: TokenBlock) -> list[PackedSequence]:
+        """Add a block of documents; return the sequences they complete, ordered by the document
+        that completes each (as :meth:`feed` one document at a time would)."""
+        n = len(block.domains)
+        if n == 0:
+            return []
         T = self.seq_len
-        tokens = np.empty(len(doc.token_ids) + 1, dtype=np.int32)  # (n + 1,) doc then EOS
-        tokens[:-1] = doc.token_ids
-        tokens[-1] = self.eos_id
-        buf = self._buffers.setdefault(doc.domain, _DomainBuffer())
-        out: list[PackedSequence] = []
-        pos = 0
-        if buf.n:
-            need = T - buf.n
-            if len(tokens) < need:
-                buf.parts.append(tokens)
-                buf.n += len(tokens)
-                return out
-            seq = np.concatenate([*buf.parts, tokens[:need]])
-            out.append(PackedSequence(seq, doc.domain, buf.head_id, T))
-            buf.parts, buf.n = [], 0
-            pos = need
-        while len(tokens) - pos >= T:
-            seq = tokens[pos : pos + T].copy()  # a copy, so a sequence does not pin the whole document
-            out.append(PackedSequence(seq, doc.domain, make_sample_id(doc.shard, doc.line, pos), T))
-            pos += T
-        if pos < len(tokens):
-            buf.parts = [tokens[pos:].copy()]
-            buf.n = len(tokens) - pos
-            buf.head_id = make_sample_id(doc.shard, doc.line, pos)
-        return out
+        base = block.offsets - block.offsets[0]
+        lengths = np.diff(base) + 1  # (n,) tokens per document with its EOS
+        eos_at = base[1:] + np.arange(n)  # (n,) index of each EOS in the EOS-interleaved stream
+        stream = np.empty(int(base[-1]) + n, dtype=np.int32)  # all documents, EOS after each
+        keep = np.ones(len(stream), dtype=bool)
+        keep[eos_at] = False
+        stream[keep] = block.values[block.offsets[0] : block.offsets[-1]]
+        stream[eos_at] = self.eos_id
+        starts = eos_at - lengths + 1  # (n,) where each document starts in ``stream``
+        rows_of: dict[str, list[int]] = {}
+        for i, domain in enumerate(block.domains):
+            rows_of.setdefault(domain, []).append(i)
+        done_by: list[np.ndarray] = []  # per domain: the completing row of each new sequence
+        made: list[tuple[str, np.ndarray, list[str]]] = []
+        for domain, row_list in rows_of.items():
+            rows = np.asarray(row_list, dtype=np.int64)
+            seg = lengths[rows]
+            if len(rows) == n:
+                tokens = stream
+            else:  # gather this domain's documents: index = segment start + position in segment
+                first = np.cumsum(seg) - seg
+                tokens = stream[np.repeat(starts[rows] - first, seg) + np.arange(int(seg.sum()))]
+            carried, head_id = self._carry.get(domain, (np.zeros(0, dtype=np.int32), ""))
+            buf = np.concatenate([carried, tokens]) if len(carried) else tokens
+            doc_at = len(carried) + np.cumsum(seg) - seg  # (m,) document starts in ``buf``
+            k = len(buf) // T
+
+            def id_at(p: int, rows: np.ndarray = rows, doc_at: np.ndarray = doc_at, head_id: str = head_id) -> str:
+                if p < doc_at[0]:  # inside the carried tokens (only their first is ever asked for)
+                    return head_id
+                j = int(np.searchsorted(doc_at, p, side="right")) - 1
+                r = int(rows[j])
+                return make_sample_id(block.shards[r], int(block.lines[r]), p - int(doc_at[j]))
+
+            if k:
+                seqs = buf[: k * T].reshape(k, T)
+                ends = np.arange(1, k + 1) * T - 1
+                done_by.append(rows[np.searchsorted(doc_at, ends, side="right") - 1])
+                made.append((domain, seqs, [id_at(j * T) for j in range(k)]))
+            rest = k * T
+            if rest < len(buf):
+                self._carry[domain] = (buf[rest:].copy(), id_at(rest))
+            else:
+                self._carry.pop(domain, None)
+        if not made:
+            return []
+        order = np.argsort(np.concatenate(done_by), kind="stable")
+        flat = [(domain, seqs[j], ids[j]) for domain, seqs, ids in made for j in range(len(ids))]
+        return [PackedSequence(flat[i][1], flat[i][0], flat[i][2], T) for i in order]
 
     def flush(self, domain_order: Iterable[str] | None = None) -> list[PackedSequence]:
         """Emit each domain's partial sequence, right-padded with EOS, and empty the buffers.
@@ -125,18 +187,40 @@ class SequencePacker:
                 listed follow, sorted.
         """
         order = list(domain_order or [])
-        order += sorted(set(self._buffers) - set(order))
+        order += sorted(set(self._carry) - set(order))
         out = []
         for domain in order:
-            buf = self._buffers.get(domain)
-            if buf is None or not buf.n:
+            if domain not in self._carry:
                 continue
+            carried, head_id = self._carry[domain]
             seq = np.full(self.seq_len, self.eos_id, dtype=np.int32)
-            seq[: buf.n] = np.concatenate(buf.parts)
-            out.append(PackedSequence(seq, domain, buf.head_id, buf.n))
-        self._buffers.clear()
+            seq[: len(carried)] = carried
+            out.append(PackedSequence(seq, domain, head_id, len(carried)))
+        self._carry.clear()
         return out
 
     def pending_tokens(self) -> dict[str, int]:
         """Tokens waiting in each domain's buffer."""
-        return {d: b.n for d, b in self._buffers.items() if b.n}
+        return {d: len(t) for d, (t, _) in self._carry.items()}
+
+    def snapshot(self) -> dict[str, tuple[np.ndarray, str]]:
+        """The carried tokens now (cheap: arrays are shared, never changed in place); see :meth:`state`."""
+        return dict(self._carry)
+
+    @staticmethod
+    def state_of(snapshot: dict[str, tuple[np.ndarray, str]]) -> dict[str, Any]:
+        """JSON-safe state of a :meth:`snapshot`: ``{domain: [base64 int32 tokens, head sample id]}``."""
+        return {d: [encode_tokens(t), head] for d, (t, head) in sorted(snapshot.items())}
+
+    def state(self) -> dict[str, Any]:
+        return self.state_of(self._carry)
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state` (replaces the buffers)."""
+        carry = {}
+        for domain, (tokens, head) in state.items():
+            arr = decode_tokens(tokens)
+            if not 0 < len(arr) < self.seq_len:
+                raise ValueError(f"packer state of domain {domain!r} holds {len(arr)} tokens; expected 1..{self.seq_len - 1}")
+            carry[domain] = (arr, str(head))
+        self._carry = carry

@@ -6,19 +6,28 @@ the good lines around it: a truncated ``.zst`` stream yields every complete line
 and then one ``truncated_zstd`` record. :class:`BadRecordLedger` counts bad records per shard and
 per reason, keeps the first line numbers of each, and stops a run whose bad fraction is too high.
 Whitespace-only lines are not records (JSONL writers often end files with a blank line).
+
+Each document carries its :class:`~d3ray.data.shards.ShardPosition`, so a reader can resume at
+any record. A per-domain reader (``lane=<domain>``) keeps only the records that belong to its
+domain: on mixed-domain shards (SlimPajama) a cheap byte probe for ``"redpajama_set_name"``
+decides most lines without parsing their JSON; a record with no known domain (malformed JSON,
+an unknown domain, ...) belongs to exactly one lane, ``unattributed_lane``, so that it is counted
+once however many lanes read the shard.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from d3ray.data.config import DEFAULT_MAX_RECORD_BYTES, canonical_domain
-from d3ray.data.shards import Shard, TruncatedStreamError, iter_shard_lines
+from d3ray.data.shards import Shard, ShardPosition, TruncatedStreamError, iter_shard_lines
 
 logger = logging.getLogger(__name__)
 
@@ -34,12 +43,16 @@ BAD_REASONS = (
     "oversized_record",  # the line is longer than DataConfig.max_record_bytes
 )
 
+_SET_NAME_KEY = b'"redpajama_set_name"'
+_SET_NAME = re.compile(rb'"redpajama_set_name"\s*:\s*"([^"\\]*)"')
+
 
 @dataclass(frozen=True)
 class Document:
     """One record of a shard: good (``bad_reason == ""``) or bad (``text == ""``, reason set).
 
-    ``line`` is 1-based. ``detail`` is a short human explanation of a bad record.
+    ``line`` is 1-based. ``detail`` is a short human explanation of a bad record. ``offset``,
+    ``frame_offset`` and ``frame_start`` are the record's :class:`~d3ray.data.shards.ShardPosition`.
     """
 
     text: str
@@ -48,6 +61,13 @@ class Document:
     line: int
     bad_reason: str = ""
     detail: str = ""
+    offset: int = 0
+    frame_offset: int = 0
+    frame_start: int = 0
+
+    @property
+    def position(self) -> ShardPosition:
+        return ShardPosition(self.line, self.offset, self.frame_offset, self.frame_start)
 
     @property
     def is_bad(self) -> bool:
@@ -55,7 +75,13 @@ class Document:
 
 
 def iter_documents(
-    shard: Shard, layout: str, domains: Sequence[str] | None, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    shard: Shard,
+    layout: str,
+    domains: Sequence[str] | None,
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    start: ShardPosition | None = None,
+    lane: str | None = None,
+    unattributed_lane: str | None = None,
 ) -> Iterator[Document]:
     """Stream a shard's records, one :class:`Document` per non-blank line, in file order.
 
@@ -69,19 +95,60 @@ def iter_documents(
         domains: the known domain labels; any other is ``unknown_domain``. ``None`` accepts any
             non-empty label (for inspecting a corpus of unknown domains).
         max_record_bytes: longer lines are ``oversized_record``.
+        start: resume at this record (a position from an earlier read), not at the first line.
+        lane: keep only the records of this domain (a per-domain reader); ``None`` keeps all.
+        unattributed_lane: the lane that keeps the records of no known domain (only with ``lane``).
     """
     known = frozenset(domains) if domains is not None else None
     folder_domain = canonical_domain(shard.folder)
-    last_line = 0
+    if lane is not None and layout == "redpajama_1t" and folder_domain != lane:
+        if not (unattributed_lane == lane and (known is None or folder_domain not in known)):
+            return  # every record of this shard belongs to another lane
+    probe = lane is not None and layout != "redpajama_1t" and known is not None
+    position = start or ShardPosition()
     try:
-        for line_no, data in iter_shard_lines(shard, max_record_bytes):
-            last_line = line_no
+        for line in iter_shard_lines(shard, max_record_bytes, start):
+            position = line.position
+            data = line.data
             if data is None:
-                yield _bad(shard, line_no, "oversized_record", f"longer than {max_record_bytes} bytes")
-            elif data and not data.isspace():
-                yield _parse_line(data, shard, line_no, layout, known, folder_domain)
+                doc = _bad(shard, line.number, "oversized_record", f"longer than {max_record_bytes} bytes")
+            elif not data or data.isspace():
+                continue
+            else:
+                owner = _probe_domain(data) if probe else None
+                if owner is not None and owner != lane and owner in known:  # type: ignore[operator]
+                    continue  # another lane's record, decided without parsing it
+                doc = _parse_line(data, shard, line.number, layout, known, folder_domain)
+                if lane is not None and owner != lane:
+                    owner = doc.domain if (known is None or doc.domain in known) else None
+                    if owner != lane and not (owner is None and unattributed_lane == lane):
+                        continue
+            yield dataclasses.replace(
+                doc, offset=line.offset, frame_offset=line.frame_offset, frame_start=line.frame_start
+            )
     except TruncatedStreamError as err:
-        yield _bad(shard, last_line + 1, err.reason, err.detail)
+        at = err.position or position
+        if lane is None or unattributed_lane == lane:
+            doc = _bad(shard, at.line, err.reason, err.detail)
+            yield dataclasses.replace(doc, offset=at.offset, frame_offset=at.frame_offset, frame_start=at.frame_start)
+
+
+def _probe_domain(data: bytes) -> str | None:
+    """The set name of a SlimPajama line read from its bytes, or None when the bytes leave it unclear.
+
+    JSON escapes every quote inside a string, so an unescaped ``"redpajama_set_name"`` is a key (or
+    a string value) of the record itself; the probe trusts it only when it occurs exactly once.
+    """
+    at = data.rfind(_SET_NAME_KEY)
+    if at < 0 or data.find(_SET_NAME_KEY) != at:
+        return None
+    match = _SET_NAME.match(data, at)
+    if match is None:
+        return None
+    try:
+        return canonical_domain(match.group(1).decode("utf-8"))
+    except UnicodeDecodeError:
+        return None
 
 
 def _parse_line(

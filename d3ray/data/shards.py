@@ -6,20 +6,22 @@ with the matching fsspec backend installed) into a deterministic, sorted list. :
 streams one shard's lines as bytes in bounded memory: decompression is incremental, and a line
 longer than a limit is skipped rather than held.
 
-Compressed streams are decoded by hand (``zstandard.ZstdDecompressor.decompressobj``, ``gzip``)
-because ``zstandard``'s stream reader ends silently on a truncated frame; here a truncated or
-corrupt stream raises :class:`TruncatedStreamError` after every complete line before it.
+Compressed streams are decoded by hand (``zstandard.ZstdDecompressor.decompressobj``, ``zlib``),
+one zstd frame or gzip member at a time, because ``zstandard``'s stream reader ends silently on a
+truncated frame and because frame starts are where a reader can resume: every line comes with its
+:class:`ShardPosition` (line number, decompressed offset, and the frame it starts in), and
+``iter_shard_lines(shard, ..., start=position)`` seeks there instead of re-reading the shard. A
+truncated or corrupt stream raises :class:`TruncatedStreamError` after every complete line before it.
 """
 
 from __future__ import annotations
 
-import gzip
 import logging
 import posixpath
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import fsspec
 import zstandard
@@ -61,6 +63,7 @@ class TruncatedStreamError(Exception):
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+        self.position: ShardPosition | None = None  # where the cut line starts (set by the line splitter)
 
 
 def list_shards(paths: str | Sequence[str]) -> list[Shard]:
@@ -130,98 +133,187 @@ def _list_one(path: str) -> list[Shard]:
     return shards
 
 
-def iter_shard_lines(shard: Shard, max_line_bytes: int) -> Iterator[tuple[int, bytes | None]]:
-    """Stream a shard's lines as ``(line_number, bytes)``, 1-based, newline stripped.
+@dataclass(frozen=True)
+class ShardPosition:
+    """A line start inside a shard, from which reading can resume without re-reading the lines before.
 
-    A line longer than ``max_line_bytes`` is yielded as ``(line_number, None)`` and its bytes are
-    discarded as they stream past. A last line without a newline is yielded as a line.
+    ``line`` is the 1-based number of the line that starts at ``offset`` (a byte offset in the
+    decompressed stream). ``frame_offset`` is the compressed byte offset where decompression can
+    restart (the start of the zstd frame or gzip member holding that line; ``offset`` itself for a
+    plain file) and ``frame_start`` the decompressed offset of that frame's first byte. Resuming
+    seeks to ``frame_offset`` and decompresses and discards ``offset - frame_start`` bytes: nothing
+    for a plain file, at most one frame for ``.zst`` (SlimPajama's shards are one frame each, so up
+    to the whole shard is decompressed again, but never parsed or tokenized), at most one member
+    for ``.gz`` (a plain ``gzip`` file is one member).
+    """
+
+    line: int = 1
+    offset: int = 0
+    frame_offset: int = 0
+    frame_start: int = 0
+
+    def to_list(self) -> list[int]:
+        return [self.line, self.offset, self.frame_offset, self.frame_start]
+
+    @classmethod
+    def from_list(cls, data: Sequence[int]) -> ShardPosition:
+        line, offset, frame_offset, frame_start = (int(v) for v in data)
+        if line < 1 or offset < frame_start or min(offset, frame_offset, frame_start) < 0:
+            raise ValueError(f"not a shard position: {list(data)}")
+        return cls(line, offset, frame_offset, frame_start)
+
+
+class ShardLine(NamedTuple):
+    """One line of a shard: its number, its bytes (None when oversized) and where it starts."""
+
+    number: int
+    data: bytes | None
+    offset: int
+    frame_offset: int
+    frame_start: int
+
+    @property
+    def position(self) -> ShardPosition:
+        return ShardPosition(self.number, self.offset, self.frame_offset, self.frame_start)
+
+
+def iter_shard_lines(
+    shard: Shard, max_line_bytes: int, start: ShardPosition | None = None
+) -> Iterator[ShardLine]:
+    """Stream a shard's lines, 1-based, newline stripped, from its start or from ``start``.
+
+    A line longer than ``max_line_bytes`` comes with ``data=None``; its bytes are discarded as they
+    stream past. A last line without a newline is yielded as a line.
 
     Raises:
         TruncatedStreamError: after the last complete line, when a ``.zst`` stream ends inside a
-            frame or a compressed stream is corrupt. The partial line before the cut is not yielded.
+            frame or a compressed stream is corrupt. The partial line before the cut is not yielded;
+            the error's ``position`` says where it started.
     """
+    start = start or ShardPosition()
     with fsspec.open(shard.uri, "rb") as raw:
-        yield from _split_lines(_decompressed_chunks(raw, shard.uri), max_line_bytes)
+        if start.frame_offset:
+            raw.seek(start.frame_offset)
+        if shard.uri.endswith(".zst"):
+            chunks = _framed_chunks(raw, start, _zstd_frames())
+        elif shard.uri.endswith(".gz"):
+            chunks = _framed_chunks(raw, start, _gzip_members())
+        else:
+            chunks = _plain_chunks(raw, start)
+        yield from _split_lines(chunks, max_line_bytes, start, plain=not shard.uri.endswith((".zst", ".gz")))
 
 
-def _decompressed_chunks(raw: BinaryIO, uri: str) -> Iterator[bytes]:
-    if uri.endswith(".zst"):
-        yield from _zstd_chunks(raw)
-    elif uri.endswith(".gz"):
-        yield from _gzip_chunks(raw)
-    else:
-        while chunk := raw.read(_READ_BYTES):
-            yield chunk
-
-
-def _zstd_chunks(raw: BinaryIO) -> Iterator[bytes]:
-    dctx = zstandard.ZstdDecompressor(max_window_size=_ZSTD_MAX_WINDOW)
-    dobj = dctx.decompressobj()
-    in_frame = False
-    offset = 0
+def _plain_chunks(raw: BinaryIO, start: ShardPosition) -> Iterator[tuple[bytes, int, int]]:
+    if start.frame_offset != start.offset:
+        raise ValueError(f"a plain shard resumes at a line start, not inside a frame: {start}")
     while chunk := raw.read(_READ_BYTES):
-        offset += len(chunk)
+        yield chunk, 0, 0
+
+
+class _Frames:
+    """Decompressor factory and error naming of one compressed format (zstd frames, gzip members)."""
+
+    def __init__(self, reason: str, errors: tuple[type[Exception], ...], new: Any) -> None:
+        self.reason, self.errors, self.new = reason, errors, new
+
+
+def _zstd_frames() -> _Frames:
+    dctx = zstandard.ZstdDecompressor(max_window_size=_ZSTD_MAX_WINDOW)
+    return _Frames("truncated_zstd", (zstandard.ZstdError,), dctx.decompressobj)
+
+
+def _gzip_members() -> _Frames:
+    return _Frames("truncated_gzip", (zlib.error,), lambda: zlib.decompressobj(wbits=31))
+
+
+def _framed_chunks(raw: BinaryIO, start: ShardPosition, frames: _Frames) -> Iterator[tuple[bytes, int, int]]:
+    """Decompressed chunks, each with the (compressed, decompressed) offsets of its frame's start.
+
+    Frames (zstd) and members (gzip) are decompressed one at a time, so that every frame start is a
+    position to resume from. Ends inside a frame, or corrupt data, raise TruncatedStreamError.
+    """
+    dobj = frames.new()
+    in_frame = False
+    consumed = start.frame_offset  # compressed bytes before the end of the current read
+    frame_c, frame_d = start.frame_offset, start.frame_start
+    produced = start.frame_start  # decompressed bytes before the current frame's next output
+    kind = "zstd frame" if frames.reason == "truncated_zstd" else "gzip member"
+    while chunk := raw.read(_READ_BYTES):
+        consumed += len(chunk)
         while chunk:  # a chunk may hold the end of one frame and the start of the next
-            in_frame = True
+            if not in_frame:
+                if frames.reason == "truncated_gzip" and not chunk.strip(b"\x00"):
+                    break  # zero padding after the last member, as gzip allows
+                in_frame = True
+                frame_c, frame_d = consumed - len(chunk), produced
             try:
                 out = dobj.decompress(chunk)
-            except zstandard.ZstdError as err:
+            except frames.errors as err:
                 raise TruncatedStreamError(
-                    "truncated_zstd", f"corrupt zstd data near byte {offset}: {err}"
+                    frames.reason, f"corrupt {kind} data near byte {consumed}: {err}"
                 ) from err
             if out:
-                yield out
+                yield out, frame_c, frame_d
+                produced += len(out)
             if dobj.eof:
                 chunk = dobj.unused_data
-                dobj = dctx.decompressobj()
+                dobj = frames.new()
                 in_frame = False
             else:
                 chunk = b""
     if in_frame:
-        raise TruncatedStreamError("truncated_zstd", f"zstd frame cut off at byte {offset}")
+        raise TruncatedStreamError(frames.reason, f"{kind} cut off at byte {consumed}")
 
 
-def _gzip_chunks(raw: BinaryIO) -> Iterator[bytes]:
-    with gzip.GzipFile(fileobj=raw, mode="rb") as gz:
-        while True:
-            try:
-                chunk = gz.read(_READ_BYTES)
-            except EOFError as err:
-                raise TruncatedStreamError("truncated_gzip", f"gzip stream cut off: {err}") from err
-            except (gzip.BadGzipFile, zlib.error) as err:
-                raise TruncatedStreamError("truncated_gzip", f"corrupt gzip data: {err}") from err
-            if not chunk:
-                return
-            yield chunk
-
-
-def _split_lines(chunks: Iterator[bytes], max_line_bytes: int) -> Iterator[tuple[int, bytes | None]]:
+def _split_lines(
+    chunks: Iterator[tuple[bytes, int, int]], max_line_bytes: int, start: ShardPosition, plain: bool
+) -> Iterator[ShardLine]:
     pending: list[bytes] = []  # pieces of the current line, never more than max_line_bytes in all
     pending_bytes = 0
     oversized = False
-    line_no = 0
-    for chunk in chunks:
-        start = 0
-        while True:
-            end = chunk.find(b"\n", start)
-            if end < 0:
-                piece = chunk[start:]
-                if not oversized and pending_bytes + len(piece) > max_line_bytes:
-                    oversized, pending, pending_bytes = True, [], 0
-                if not oversized and piece:
+    line_no = start.line - 1
+    pos = start.frame_start  # decompressed offset of the current chunk's first byte
+    line_start = start.offset
+    # (compressed, decompressed) start of the frame holding the current line's first byte; None
+    # until that byte is seen (a line may start in the next chunk, which may be the next frame).
+    line_frame: tuple[int, int] | None = None
+    last_frame = (start.frame_offset, start.frame_start)
+    try:
+        for chunk, frame_c, frame_d in chunks:
+            last_frame = (frame_c, frame_d)
+            at = 0
+            if pos < start.offset:  # seeking: discard the decompressed bytes before the start
+                at = min(len(chunk), start.offset - pos)
+            while at < len(chunk):
+                if line_frame is None:
+                    line_frame = (line_start, line_start) if plain else (frame_c, frame_d)
+                end = chunk.find(b"\n", at)
+                if end < 0:
+                    piece = chunk[at:]
+                    if not oversized and pending_bytes + len(piece) > max_line_bytes:
+                        oversized, pending, pending_bytes = True, [], 0
+                    if not oversized:
+                        pending.append(piece)
+                        pending_bytes += len(piece)
+                    break
+                line_no += 1
+                piece = chunk[at:end]
+                if oversized or pending_bytes + len(piece) > max_line_bytes:
+                    data = None
+                elif pending:
                     pending.append(piece)
-                    pending_bytes += len(piece)
-                break
-            line_no += 1
-            piece = chunk[start:end]
-            if oversized or pending_bytes + len(piece) > max_line_bytes:
-                yield line_no, None
-            elif pending:
-                pending.append(piece)
-                yield line_no, b"".join(pending)
-            else:
-                yield line_no, piece
-            pending, pending_bytes, oversized = [], 0, False
-            start = end + 1
+                    data = b"".join(pending)
+                else:
+                    data = piece
+                yield ShardLine(line_no, data, line_start, *line_frame)
+                pending, pending_bytes, oversized, line_frame = [], 0, False, None
+                line_start = pos + end + 1
+                at = end + 1
+            pos += len(chunk)
+    except TruncatedStreamError as err:
+        frame = line_frame or ((line_start, line_start) if plain else last_frame)
+        err.position = ShardPosition(line_no + 1, line_start, *frame)
+        raise
     if pending or oversized:
-        yield line_no + 1, None if oversized else b"".join(pending)
+        frame = line_frame or last_frame
+        yield ShardLine(line_no + 1, None if oversized else b"".join(pending), line_start, *frame)

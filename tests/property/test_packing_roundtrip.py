@@ -1,10 +1,13 @@
-"""Property: packing keeps every token of every document exactly once, in order, per domain."""
+"""Property: packing keeps every token of every document exactly once, in order, per domain, and
+packing in blocks (with a JSON state round trip between them) equals packing one document at a time."""
+
+import json
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from d3ray.data.packing import SequencePacker, TokenizedDocument, parse_sample_id
+from d3ray.data.packing import SequencePacker, TokenBlock, TokenizedDocument, parse_sample_id
 
 EOS = 0
 
@@ -43,3 +46,29 @@ def test_packing_every_token_once_in_order_per_domain(docs, seq_len):
         domain, tokens = docs[line - 1]
         assert domain == s.domain
         assert s.tokens[0] == [*tokens, EOS][offset]
+
+
+@settings(max_examples=200, deadline=None)
+@given(docs=documents, seq_len=st.integers(1, 17), cuts=st.lists(st.integers(0, 25), max_size=6),
+       restore_at=st.integers(0, 6))
+def test_packing_in_blocks_with_a_state_round_trip_equals_one_document_at_a_time(docs, seq_len, cuts, restore_at):
+    tokenized = [
+        TokenizedDocument(np.asarray(t, dtype=np.int32), d, "s", i + 1) for i, (d, t) in enumerate(docs)
+    ]
+    one = SequencePacker(seq_len=seq_len, eos_id=EOS)
+    expected = [s for doc in tokenized for s in one.feed(doc)] + one.flush(["C", "B", "A"])
+
+    bounds = sorted({0, len(docs), *(min(c, len(docs)) for c in cuts)})
+    packer = SequencePacker(seq_len=seq_len, eos_id=EOS)
+    got = []
+    for k, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
+        if k == restore_at:  # a fresh packer restored from the JSON state continues identically
+            state = json.loads(json.dumps(packer.state()))
+            packer = SequencePacker(seq_len=seq_len, eos_id=EOS)
+            packer.load_state(state)
+        got += packer.feed_block(TokenBlock.of(tokenized[a:b]))
+    got += packer.flush(["C", "B", "A"])
+    assert [(s.domain, s.sample_id, s.n_tokens) for s in got] == [
+        (s.domain, s.sample_id, s.n_tokens) for s in expected
+    ]
+    assert all(np.array_equal(g.tokens, e.tokens) for g, e in zip(got, expected, strict=True))
