@@ -1,14 +1,16 @@
 """The training-data stream on Ray Data: read shards → tokenize (actor pool) → pack per domain.
 
-    shard descriptors (from_items, one block per shard)
+    shard descriptors (from_items, one block per shard; the first may start at a ShardPosition)
       │  map_batches(read_shard_blocks)   streams one shard's lines; each line becomes a good or
-      │                                   a bad row (a bad line costs only itself)
-      ▼  rows: text, domain, shard, line, bad_reason, detail
+      │                                   a bad row (a bad line costs only itself); a per-domain
+      │                                   lane keeps only its domain's rows
+      ▼  rows: text, domain, shard, line, offset, frame_offset, frame_start, bad_reason, detail
       │  map_batches(TokenizeBatch, ActorPoolStrategy(size=cfg.tokenize_actors))
-      ▼  rows: token_ids (list<int32>), domain, shard, line, bad_reason, detail
-    iter_packed_sequences (consumer: e.g. the schedule coordinator actor)
-      │  BadRecordLedger: count/log bad rows, stop above max_bad_fraction
-      ▼  SequencePacker: per-domain (T,) sequences with stable sample ids
+      ▼  rows: token_ids (list<int32>), domain, shard, line, positions, bad_reason, detail
+    iter_token_blocks (consumer: e.g. the schedule coordinator actor)
+      │  BadRecordLedger: count/log bad rows per block, stop above max_bad_fraction
+      ▼  TokenBlock (good documents, columnar) + the position of the block's first row
+    SequencePacker.feed_block (d3ray.data.stream) → per-domain (T,) sequences with stable ids
 
 Ray fuses the read into the tokenizer actors (no text crosses the object store), so up to
 ``tokenize_actors`` shards are read and tokenized at once; a corpus of one shard uses one actor.
@@ -17,28 +19,36 @@ Ray Data's built-in ``read_json`` fails a whole read task (or drops a whole file
 our own generator over :func:`~d3ray.data.records.iter_documents`. ``preserve_order`` makes the
 stream order (shards as listed, lines in file order) independent of the number of actors, so the
 same corpus always yields the same sequences with the same ids. Blocks are small
-(``cfg.block_bytes``) so tokens stream to the consumer while a shard is still being read.
+(``cfg.block_bytes``) so tokens stream to the consumer while a shard is still being read. Every
+row carries its shard position, so a stream can be started again at any row
+(:func:`document_dataset` ``start=``) without reading what comes before it.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from d3ray.data.config import DataConfig
-from d3ray.data.packing import PackedSequence, SequencePacker, TokenizedDocument
+from d3ray.data.packing import PackedSequence, TokenBlock
 from d3ray.data.records import BadRecordLedger, Document, iter_documents
-from d3ray.data.shards import Shard
+from d3ray.data.shards import Shard, ShardPosition
 
 if TYPE_CHECKING:
     import ray.data
 
 logger = logging.getLogger(__name__)
+
+_POSITION_COLUMNS = ("line", "offset", "frame_offset", "frame_start")
+_PASSED_COLUMNS = ("domain", "shard", *_POSITION_COLUMNS, "bad_reason", "detail")
 
 DOCUMENT_SCHEMA = pa.schema(
     [
@@ -46,6 +56,9 @@ DOCUMENT_SCHEMA = pa.schema(
         ("domain", pa.string()),
         ("shard", pa.string()),
         ("line", pa.int64()),
+        ("offset", pa.int64()),
+        ("frame_offset", pa.int64()),
+        ("frame_start", pa.int64()),
         ("bad_reason", pa.string()),
         ("detail", pa.string()),
     ]
@@ -59,6 +72,9 @@ def _documents_table(docs: list[Document]) -> pa.Table:
             "domain": [d.domain for d in docs],
             "shard": [d.shard for d in docs],
             "line": [d.line for d in docs],
+            "offset": [d.offset for d in docs],
+            "frame_offset": [d.frame_offset for d in docs],
+            "frame_start": [d.frame_start for d in docs],
             "bad_reason": [d.bad_reason for d in docs],
             "detail": [d.detail for d in docs],
         },
@@ -73,14 +89,17 @@ def read_shard_blocks(
     max_record_bytes: int,
     rows_per_block: int,
     block_bytes: int,
+    lane: str | None = None,
+    unattributed_lane: str | None = None,
 ) -> Iterator[pa.Table]:
-    """Ray Data UDF: stream the shards described in ``batch`` as blocks of document rows
-    (``rows_per_block`` rows, or fewer once their text passes ``block_bytes``)."""
-    for uri, name, folder in zip(batch["uri"], batch["name"], batch["folder"], strict=True):
+    """Ray Data UDF: stream the shards described in ``batch`` (each from its start position) as
+    blocks of document rows (``rows_per_block`` rows, or fewer once their text passes ``block_bytes``)."""
+    for i, (uri, name, folder) in enumerate(zip(batch["uri"], batch["name"], batch["folder"], strict=True)):
         shard = Shard(uri=str(uri), name=str(name), folder=str(folder))
+        start = ShardPosition(*(int(batch[f"start_{c}"][i]) for c in _POSITION_COLUMNS))
         docs: list[Document] = []
         text_bytes = 0
-        for doc in iter_documents(shard, layout, domains, max_record_bytes):
+        for doc in iter_documents(shard, layout, domains, max_record_bytes, start, lane, unattributed_lane):
             docs.append(doc)
             text_bytes += len(doc.text)
             if len(docs) >= rows_per_block or text_bytes >= block_bytes:
@@ -103,40 +122,48 @@ class TokenizeBatch:
         texts = batch.column("text").to_pylist()
         good = [i for i, reason in enumerate(bad) if not reason]
         encodings = self.backend.encode_batch_fast([texts[i] for i in good], add_special_tokens=False)
-        lengths = np.zeros(len(bad), dtype=np.int64)
-        pieces = []
+        ids: list[list[int]] = [[] for _ in bad]
         for i, enc in zip(good, encodings, strict=True):
-            ids = np.asarray(enc.ids, dtype=np.int32)
-            lengths[i] = len(ids)
-            pieces.append(ids)
-        offsets = np.zeros(len(bad) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        values = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int32)
-        token_ids = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values, type=pa.int32()))
-        return pa.table(
-            {
-                "token_ids": token_ids,
-                "domain": batch.column("domain"),
-                "shard": batch.column("shard"),
-                "line": batch.column("line"),
-                "bad_reason": batch.column("bad_reason"),
-                "detail": batch.column("detail"),
-            }
-        )
+            ids[i] = enc.ids
+        out = {"token_ids": pa.array(ids, type=pa.large_list(pa.int32()))}
+        out.update({c: batch.column(c) for c in _PASSED_COLUMNS})
+        return pa.table(out)
 
 
-def document_dataset(shards: Sequence[Shard], cfg: DataConfig, tokenizer_dir: str | Path) -> ray.data.Dataset:
+def document_dataset(
+    shards: Sequence[Shard],
+    cfg: DataConfig,
+    tokenizer_dir: str | Path,
+    start: ShardPosition | None = None,
+    lane: str | None = None,
+    unattributed_lane: str | None = None,
+    tokenize_cpus: float | None = None,
+) -> ray.data.Dataset:
     """A lazy, order-preserving Ray Dataset of tokenized documents, one row per record.
 
     Columns: ``token_ids`` (variable-length int32; empty for a bad record), ``domain``,
-    ``shard`` (stable shard name), ``line`` (1-based), ``bad_reason`` (``""`` when good), ``detail``.
-    Requires a running Ray (``ray.init`` or inside a Ray task/actor).
+    ``shard`` (stable shard name), ``line`` (1-based), ``offset`` / ``frame_offset`` /
+    ``frame_start`` (the record's :class:`~d3ray.data.shards.ShardPosition`), ``bad_reason``
+    (``""`` when good), ``detail``. Requires a running Ray (``ray.init`` or inside a Ray task/actor).
+
+    Args:
+        shards: the shards to read, in order.
+        cfg: the data config.
+        tokenizer_dir: the tokenizer.
+        start: where to start in the first shard (default: its first line).
+        lane, unattributed_lane: keep only one domain's records (see :func:`iter_documents`).
+        tokenize_cpus: CPUs per tokenizer actor (default ``cfg.tokenize_cpus``).
     """
     import ray.data
 
     if not shards:
         raise ValueError("no shards to read")
-    ds = ray.data.from_items([s.to_dict() for s in shards], override_num_blocks=len(shards))
+    start = start or ShardPosition()
+    items = []
+    for i, shard in enumerate(shards):
+        at = start if i == 0 else ShardPosition()
+        items.append({**shard.to_dict(), **{f"start_{c}": getattr(at, c) for c in _POSITION_COLUMNS}})
+    ds = ray.data.from_items(items, override_num_blocks=len(shards))
     ds.context.execution_options.preserve_order = True  # this dataset's own context, not the global one
     ds.context.target_max_block_size = cfg.block_bytes
     ds = ds.map_batches(
@@ -149,6 +176,8 @@ def document_dataset(shards: Sequence[Shard], cfg: DataConfig, tokenizer_dir: st
             "max_record_bytes": cfg.max_record_bytes,
             "rows_per_block": cfg.tokenize_batch_size,
             "block_bytes": cfg.block_bytes,
+            "lane": lane,
+            "unattributed_lane": unattributed_lane,
         },
     )
     return ds.map_batches(
@@ -157,44 +186,66 @@ def document_dataset(shards: Sequence[Shard], cfg: DataConfig, tokenizer_dir: st
         batch_size=cfg.tokenize_batch_size,
         batch_format="pyarrow",
         compute=ray.data.ActorPoolStrategy(size=cfg.tokenize_actors),
-        num_cpus=cfg.tokenize_cpus,
+        num_cpus=cfg.tokenize_cpus if tokenize_cpus is None else tokenize_cpus,
     )
 
 
-def iter_tokenized_documents(
+@dataclass(frozen=True)
+class BlockOut:
+    """One stream block at the consumer: its good documents and where its first row is."""
+
+    documents: TokenBlock
+    shard: str
+    """Name of the shard of the block's first row (a block never spans two shards)."""
+    position: ShardPosition
+    """Position of the block's first row (good or bad): a stream restarted there re-reads this block."""
+
+
+def iter_token_blocks(
     batches: Iterator[pa.Table], ledger: BadRecordLedger, cfg: DataConfig
-) -> Iterator[TokenizedDocument]:
-    """Good documents out of tokenized blocks; bad rows go to ``ledger``, which is checked as it fills."""
+) -> Iterator[BlockOut]:
+    """Good documents of each tokenized block, columnar; bad rows go to ``ledger``, which is checked
+    as it fills. Per block, not per document: the only Python loops run over bad rows and shards."""
     checked_at = 0
     for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        first = {c: batch.column(c)[0].as_py() for c in ("shard", *_POSITION_COLUMNS)}
+        bad_mask = pc.not_equal(batch.column("bad_reason"), "")
+        n_bad = pc.sum(bad_mask).as_py() or 0
+        if n_bad:
+            bad = batch.filter(bad_mask)
+            for shard, line, reason, detail in zip(*(bad.column(c).to_pylist() for c in
+                                                     ("shard", "line", "bad_reason", "detail")), strict=True):
+                ledger.record_bad(shard, line, reason, detail)
+            batch = batch.filter(pc.invert(bad_mask))
+        for shard, count in Counter(batch.column("shard").to_pylist()).items():
+            ledger.record_good(shard, count)
         ids = batch.column("token_ids").combine_chunks()
-        offsets = ids.offsets.to_numpy()
-        values = ids.values.to_numpy()
-        cols: dict[str, list[Any]] = {
-            c: batch.column(c).to_pylist() for c in ("domain", "shard", "line", "bad_reason")
-        }
-        details = batch.column("detail").to_pylist()
-        for i, reason in enumerate(cols["bad_reason"]):
-            if reason:
-                ledger.record_bad(cols["shard"][i], cols["line"][i], reason, details[i])
-                continue
-            ledger.record_good(cols["shard"][i])
-            yield TokenizedDocument(
-                values[offsets[i] : offsets[i + 1]], cols["domain"][i], cols["shard"][i], cols["line"][i]
-            )
+        yield BlockOut(
+            TokenBlock(
+                values=ids.values.to_numpy(zero_copy_only=False),
+                offsets=ids.offsets.to_numpy(),
+                domains=batch.column("domain").to_pylist(),
+                shards=batch.column("shard").to_pylist(),
+                lines=batch.column("line").to_numpy(),
+            ),
+            first["shard"],
+            ShardPosition(*(first[c] for c in _POSITION_COLUMNS)),
+        )
         if ledger.total >= cfg.min_records_before_check and ledger.total > checked_at:
             ledger.check(cfg.max_bad_fraction)
             checked_at = ledger.total
-    ledger.check(cfg.max_bad_fraction)
 
 
 def iter_packed_sequences(
     shards: Sequence[Shard], cfg: DataConfig, tokenizer_dir: str | Path, ledger: BadRecordLedger | None = None
 ) -> Iterator[PackedSequence]:
-    """Stream the corpus as packed (T,) sequences, deterministically, with stable sample ids.
+    """Stream the corpus once as packed (T,) sequences, deterministically, with stable sample ids.
 
     Sequences come in stream order (a sequence is emitted when its domain's buffer fills); after
-    the last shard each domain's partial sequence follows, in ``cfg.domains`` order.
+    the last shard each domain's partial sequence follows, in ``cfg.domains`` order. This is one
+    epoch of :class:`~d3ray.data.stream.CorpusSource` (which also resumes and reads per domain).
 
     Args:
         shards: the shards, in order (see :func:`~d3ray.data.shards.list_shards`).
@@ -206,14 +257,7 @@ def iter_packed_sequences(
         BadRecordFractionError: more than ``cfg.max_bad_fraction`` of the records are bad (checked
             once ``cfg.min_records_before_check`` records are read, and at the end).
     """
-    from d3ray.data.tokenizer import load_backend_tokenizer
+    from d3ray.data.stream import CorpusSource
 
-    ledger = ledger if ledger is not None else BadRecordLedger()
-    _, eos_id = load_backend_tokenizer(tokenizer_dir)
-    packer = SequencePacker(cfg.seq_len, eos_id)
-    ds = document_dataset(shards, cfg, tokenizer_dir)
-    batches = ds.iter_batches(batch_size=None, batch_format="pyarrow")
-    for doc in iter_tokenized_documents(batches, ledger, cfg):
-        yield from packer.feed(doc)
-    yield from packer.flush(cfg.domains)
-    ledger.log_summary()
+    source = CorpusSource(list(shards), cfg, str(tokenizer_dir), ledger if ledger is not None else BadRecordLedger())
+    yield from source.reader(epoch=0, lane=None, state=None)

@@ -1,24 +1,46 @@
-"""Packed sequences → global batches of B → chunks of L batches, deterministically.
+"""Packed sequences → global batches of B → chunks of L batches, deterministically and resumably.
 
 A chunk is the unit the schedulers order (ARCHITECTURE.md section 2). Chunks depend only on
-the data, the config and the seed, never on the number of trainer workers: each global batch
-is later split across ranks by the trainers.
+the data, the config, the seed and (when mixing) the mixture of each chunk, never on the number of
+trainer workers: each global batch is later split across ranks by the trainers.
 
-    sequences ──(seeded shuffle buffer)──► batches of B ──► chunks of L (chunk_id 0, 1, ...)
+Plain (no mixer, ``mixture_for_chunk=None``):
+
+    one lane, all domains ──(seeded shuffle buffer)──► batches of B ──► chunks of L (chunk_id 0, 1, ...)
     end of an epoch: the incomplete last batch is dropped and counted; the stream restarts
-    (epoch + 1) and the last chunk of the epoch may hold fewer than L batches.
+    (epoch + 1, pre-started) and the last chunk of the epoch may hold fewer than L batches.
+    sample ids "<epoch>/<shard>:<line>:<offset>".
+
+Mixed (``mixture_for_chunk(chunk_id) -> {domain: weight} | None``, None = keep the last one):
+
+    one lane per domain (started when first drawn) ─► each of the chunk's B x L slots draws its
+    domain from the chunk's mixture (d3ray.data.mixture.draw_domains) and takes that lane's next
+    sequence ─► batches of B ─► chunks of L. A lane that runs out starts its next domain epoch
+    (counted in ``stats.domain_epochs``, logged); sample ids "<domain epoch>/<shard>:<line>:<offset>".
+    There is no end: a mixed stream never drops a tail and every chunk holds L batches.
+
+Every chunk carries ``cursor``: the stream's JSON-safe state at the chunk's start. A stream built
+with ``cursor=chunk.cursor`` yields that chunk and the ones after it, identical to the uninterrupted
+stream, without reading what came before (see d3ray/data/stream.py for what the state holds).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from d3ray.data.mixture import draw_domains, validate_mixture
+from d3ray.data.stream import Lane
+
 logger = logging.getLogger(__name__)
+
+CURSOR_VERSION = 1
+
+MixtureForChunk = Callable[[int], Mapping[str, float] | None]
 
 
 @dataclass(frozen=True)
@@ -28,7 +50,7 @@ class GlobalBatch:
     Attributes:
         input_ids: (B, T) int32 token ids.
         n_tokens: (B,) valid tokens per row (< T only for a padded stream tail).
-        sample_ids: B stable ids "<epoch>/<shard>:<line>:<offset>".
+        sample_ids: B stable ids "<epoch>/<shard>:<line>:<offset>" (the domain's epoch when mixing).
         domains: B domain labels.
     """
 
@@ -40,11 +62,22 @@ class GlobalBatch:
 
 @dataclass(frozen=True)
 class Chunk:
-    """L consecutive global batches with a run-wide id."""
+    """L consecutive global batches with a run-wide id.
+
+    Attributes:
+        chunk_id: run-wide chunk id.
+        epoch: the data epoch (mixed: the highest domain epoch among the chunk's sequences).
+        batches: the L global batches in stream order.
+        cursor: JSON-safe stream state at this chunk's start: ``ChunkStream(..., cursor=cursor)``
+            yields this chunk first.
+        mixture: the weights the chunk was drawn with (None for a plain stream).
+    """
 
     chunk_id: int
     epoch: int
     batches: tuple[GlobalBatch, ...]
+    cursor: dict[str, Any] | None = None
+    mixture: dict[str, float] | None = None
 
     @property
     def size(self) -> int:
@@ -53,106 +86,164 @@ class Chunk:
 
 @dataclass
 class ChunkStreamStats:
-    """What the chunker dropped, so that nothing is lost silently."""
+    """What the chunker dropped or restarted, so that nothing is lost silently."""
 
     dropped_tail_sequences: int = 0
     epochs_started: int = 0
     per_epoch_chunks: list[int] = field(default_factory=list)
+    domain_epochs: dict[str, int] = field(default_factory=dict)
+    """Mixed: domain epochs completed per domain (each restarted that domain's stream)."""
+    domain_draws: dict[str, int] = field(default_factory=dict)
+    """Mixed: sequences drawn per domain."""
 
 
-def shuffled(items: Iterable, buffer: int, seed: list[int]) -> Iterator:
-    """Seeded streaming shuffle with a buffer of ``buffer`` items (0 or 1 = unchanged order)."""
-    if buffer <= 1:
-        yield from items
-        return
-    rng = np.random.default_rng(seed)
-    pool: list = []
-    for item in items:
-        pool.append(item)
-        if len(pool) >= buffer:
-            j = int(rng.integers(len(pool)))
-            pool[j], pool[-1] = pool[-1], pool[j]
-            yield pool.pop()
-    while pool:
-        j = int(rng.integers(len(pool)))
-        pool[j], pool[-1] = pool[-1], pool[j]
-        yield pool.pop()
-
-
-def make_batch(sequences: list, epoch: int) -> GlobalBatch:
-    """Stack packed sequences (``tokens``, ``n_tokens``, ``sample_id``, ``domain``) into a batch."""
+def make_batch(sequences: Sequence[Any], epochs: int | Sequence[int]) -> GlobalBatch:
+    """Stack packed sequences (``tokens``, ``n_tokens``, ``sample_id``, ``domain``) into a batch;
+    ``epochs`` is the epoch of all of them or one per sequence."""
+    per_seq = [epochs] * len(sequences) if isinstance(epochs, int) else list(epochs)
     return GlobalBatch(
         input_ids=np.stack([np.asarray(s.tokens, dtype=np.int32) for s in sequences]),
         n_tokens=np.asarray([s.n_tokens for s in sequences], dtype=np.int32),
-        sample_ids=tuple(f"{epoch}/{s.sample_id}" for s in sequences),
+        sample_ids=tuple(f"{e}/{s.sample_id}" for s, e in zip(sequences, per_seq, strict=True)),
         domains=tuple(s.domain for s in sequences),
     )
 
 
 class ChunkStream:
-    """Iterates chunks over epochs from a factory of per-epoch sequence iterators.
+    """Iterates chunks from a corpus source, plain or mixed, from the start or from a cursor.
 
     Args:
-        sequences_for_epoch: ``epoch -> iterator of packed sequences`` (a fresh, deterministic stream).
+        source: opens per-epoch sequence readers (:class:`d3ray.data.stream.CorpusSource`).
         batch_size: B, sequences per global batch.
         chunk_len: L, batches per chunk.
-        shuffle_buffer: seeded streaming shuffle of sequences (0 = off).
-        seed: run seed; the shuffle of epoch e uses ``(seed, e)``.
-        ledger: the data-quality ledger the source fills (reported by the coordinator), if any.
+        shuffle_buffer: seeded streaming shuffle of sequences (0 = off); per lane when mixing.
+        seed: run seed; the plain shuffle of epoch e uses ``(seed, e)``.
+        mixture_for_chunk: the mixer's decision per chunk id (None: a plain, mixture-less stream).
+            It must give the same answer for the same chunk id on every call (resume relies on it).
+        cursor: a ``Chunk.cursor`` to start from (None: chunk 0 of epoch 0).
     """
 
     def __init__(
         self,
-        sequences_for_epoch: Callable[[int], Iterable],
+        source: Any,
         batch_size: int,
         chunk_len: int,
         shuffle_buffer: int = 0,
         seed: int = 0,
-        ledger: Any = None,
+        mixture_for_chunk: MixtureForChunk | None = None,
+        cursor: dict[str, Any] | None = None,
     ) -> None:
-        self._source = sequences_for_epoch
-        self.ledger = ledger
+        self.source = source
+        self.ledger = getattr(source, "ledger", None)
         self.batch_size = batch_size
         self.chunk_len = chunk_len
         self.shuffle_buffer = shuffle_buffer
         self.seed = seed
+        self.mixture_for_chunk = mixture_for_chunk
+        if cursor is not None:
+            mode = "mixed" if mixture_for_chunk is not None else "plain"
+            if cursor.get("version") != CURSOR_VERSION or cursor.get("mode") != mode:
+                raise ValueError(
+                    f"data cursor is version {cursor.get('version')!r} mode {cursor.get('mode')!r}; this "
+                    f"stream needs version {CURSOR_VERSION} mode {mode!r} (a mixer cannot be added or removed on resume)"
+                )
+        self.cursor = cursor
         self.stats = ChunkStreamStats()
 
     def __iter__(self) -> Iterator[Chunk]:
-        chunk_id = 0
-        epoch = 0
+        if self.mixture_for_chunk is None:
+            return self._plain_chunks()
+        return self._mixed_chunks(self.mixture_for_chunk)
+
+    # ---- plain ----------------------------------------------------------------------------
+    def _plain_chunks(self) -> Iterator[Chunk]:
+        B, L = self.batch_size, self.chunk_len
+        lane = Lane(self.source, None, self.shuffle_buffer, [self.seed], self.cursor["lane"] if self.cursor else None)
+        chunk_id = int(self.cursor["chunk_id"]) if self.cursor else 0
+        from_start = self.cursor is None or bool(self.cursor["at_epoch_start"])
         while True:
+            epoch = lane.epoch
             self.stats.epochs_started += 1
             produced = 0
-            for batches in self._epoch_chunks(epoch):
-                yield Chunk(chunk_id=chunk_id, epoch=epoch, batches=tuple(batches))
+            pending: list = []
+            batches: list[GlobalBatch] = []
+            start = self._plain_cursor(chunk_id, epoch, lane, at_epoch_start=from_start)
+            while (seq := lane.next()) is not None:
+                pending.append(seq)
+                if len(pending) == B:
+                    batches.append(make_batch(pending, epoch))
+                    pending = []
+                    if len(batches) == L:
+                        yield Chunk(chunk_id=chunk_id, epoch=epoch, batches=tuple(batches), cursor=start)
+                        chunk_id += 1
+                        produced += 1
+                        batches = []
+                        start = self._plain_cursor(chunk_id, epoch, lane, at_epoch_start=False)
+            if pending:
+                self.stats.dropped_tail_sequences += len(pending)
+                logger.info(
+                    "epoch %d: dropped the last %d sequences (less than one global batch of %d)",
+                    epoch, len(pending), B,
+                )
+            if batches:
+                yield Chunk(chunk_id=chunk_id, epoch=epoch, batches=tuple(batches), cursor=start)
                 chunk_id += 1
                 produced += 1
             self.stats.per_epoch_chunks.append(produced)
-            if produced == 0:
+            if produced == 0 and from_start:
                 raise ValueError(
                     f"epoch {epoch} of the training data yields fewer than one global batch of "
-                    f"{self.batch_size} sequences; add data or lower train.global_batch_size"
+                    f"{B} sequences; add data or lower train.global_batch_size"
                 )
-            epoch += 1
+            from_start = True
 
-    def _epoch_chunks(self, epoch: int) -> Iterator[list[GlobalBatch]]:
-        pending: list = []
-        batches: list[GlobalBatch] = []
-        seqs = shuffled(self._source(epoch), self.shuffle_buffer, [self.seed, epoch])
-        for seq in seqs:
-            pending.append(seq)
-            if len(pending) == self.batch_size:
-                batches.append(make_batch(pending, epoch))
-                pending = []
-                if len(batches) == self.chunk_len:
-                    yield batches
-                    batches = []
-        if pending:
-            self.stats.dropped_tail_sequences += len(pending)
-            logger.info(
-                "epoch %d: dropped the last %d sequences (less than one global batch of %d)",
-                epoch, len(pending), self.batch_size,
-            )
-        if batches:
-            yield batches
+    @staticmethod
+    def _plain_cursor(chunk_id: int, epoch: int, lane: Lane, at_epoch_start: bool) -> dict[str, Any]:
+        return {"version": CURSOR_VERSION, "mode": "plain", "chunk_id": chunk_id, "epoch": epoch,
+                "at_epoch_start": at_epoch_start, "lane": lane.state()}
+
+    # ---- mixed ----------------------------------------------------------------------------
+    def _mixed_chunks(self, mixture_for_chunk: MixtureForChunk) -> Iterator[Chunk]:
+        B, L = self.batch_size, self.chunk_len
+        domains = list(self.source.domains)
+        cursor = self.cursor or {"chunk_id": 0, "lanes": {}, "mixture": None}
+        lanes = {d: self._domain_lane(domains, d, state) for d, state in cursor["lanes"].items()}
+        chunk_id = int(cursor["chunk_id"])
+        mixture: dict[str, float] | None = cursor["mixture"]
+        while True:
+            start = {"version": CURSOR_VERSION, "mode": "mixed", "chunk_id": chunk_id, "mixture": mixture,
+                     "lanes": {d: lane.state() for d, lane in lanes.items()}}
+            field_name = f"mixture_for_chunk({chunk_id})"
+            decided = mixture_for_chunk(chunk_id)
+            if decided is not None:
+                mixture = validate_mixture(decided, domains, field_name)
+            elif mixture is None:
+                raise ValueError(f"{field_name} gave no mixture and no earlier chunk had one")
+            seqs, epochs = [], []
+            for domain in draw_domains(mixture, domains, B * L, self.seed, chunk_id):
+                lane = lanes.get(domain)
+                if lane is None:
+                    lane = lanes[domain] = self._domain_lane(domains, domain, None)
+                seq = lane.next()
+                if seq is None:  # this domain ran out: its stream starts its next epoch
+                    self.stats.domain_epochs[domain] = self.stats.domain_epochs.get(domain, 0) + 1
+                    logger.info("domain %s: epoch %d done at chunk %d; its stream restarts", domain,
+                                lane.epoch - 1, chunk_id)
+                    seq = lane.next()
+                    if seq is None:
+                        raise ValueError(
+                            f"{field_name}: domain {domain!r} has weight {mixture[domain]} but the corpus "
+                            f"has no {domain} sequences"
+                        )
+                self.stats.domain_draws[domain] = self.stats.domain_draws.get(domain, 0) + 1
+                seqs.append(seq)
+                epochs.append(lane.epoch)
+            batches = tuple(make_batch(seqs[i * B : (i + 1) * B], epochs[i * B : (i + 1) * B]) for i in range(L))
+            yield Chunk(chunk_id=chunk_id, epoch=max(epochs), batches=batches, cursor=start, mixture=dict(mixture))
+            chunk_id += 1
+
+    def _domain_lane(self, domains: list[str], domain: str, state: dict[str, Any] | None) -> Lane:
+        if domain not in domains:
+            raise ValueError(f"data cursor holds a lane for unknown domain {domain!r}; known: {domains}")
+        return Lane(self.source, domain, self.shuffle_buffer, [self.seed, 1 + domains.index(domain)], state)
+

@@ -11,8 +11,10 @@
 It is a threaded actor: trainer ranks block in ``get_chunk`` while a producer thread reads,
 batches and schedules the chunks ahead. Chunks are keyed by ``chunk_id``, so a trainer that
 restarts from a checkpoint simply asks for the chunk after its cursor: if that chunk has already
-been released, the stream is re-read deterministically and skipped forward to it. Orders already
-decided (restored from a checkpoint with ``restore_decisions``) are reused, not recomputed.
+been released, the stream restarts at the newest data cursor it knows at or before that chunk
+(``Chunk.cursor`` of every chunk it produced, or one given by ``restore_cursor`` from a
+checkpoint), seeking in the shards instead of re-reading them, and skips forward only from there.
+Orders already decided (restored from a checkpoint with ``restore_decisions``) are reused, not recomputed.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class CoordinatorState:
 
     chunks_produced: int = 0
     stream_restarts: int = 0
+    restarts_from_cursor: int = 0
     chunks_skipped_on_seek: int = 0
     served: dict[int, int] = field(default_factory=dict)
 
@@ -78,7 +81,8 @@ class ScheduleCoordinator:
     """Produces ordered chunks ahead of the trainers (plain class; wrapped by ``ray.remote`` at creation).
 
     Args:
-        make_stream: zero-argument factory of a fresh, deterministic :class:`ChunkStream`.
+        make_stream: ``make_stream(cursor)`` gives a fresh, deterministic :class:`ChunkStream` that
+            starts at ``cursor`` (a ``Chunk.cursor``), or at chunk 0 when it is None.
         scheduler: orders each chunk.
         prefetch_chunks: chunks produced ahead of the highest requested chunk id.
         staleness: weights for chunk c must be at least version ``c - staleness`` (number of chunks
@@ -88,7 +92,7 @@ class ScheduleCoordinator:
 
     def __init__(
         self,
-        make_stream: Callable[[], ChunkStream],
+        make_stream: Callable[[dict[str, Any] | None], ChunkStream],
         scheduler: Scheduler,
         prefetch_chunks: int = 2,
         staleness: int = 1,
@@ -103,6 +107,7 @@ class ScheduleCoordinator:
         self._cond = threading.Condition()
         self._slots: dict[int, _Slot] = {}
         self._decided: dict[int, tuple[int, ...]] = {}
+        self._cursors: dict[int, dict[str, Any]] = {}  # chunk_id -> data cursor at its start
         self._weights: dict[int, list] = {}
         self._stream: ChunkStream | None = None
         self._iter: Iterator[Chunk] | None = None
@@ -152,6 +157,8 @@ class ScheduleCoordinator:
                 del self._slots[cid]
             for v in [v for v in self._weights if v < before_chunk_id - self._staleness - 1]:
                 del self._weights[v]
+            for cid in [c for c in self._cursors if c < before_chunk_id]:
+                del self._cursors[cid]
             self._cond.notify_all()
 
     def publish_weights(self, version: int, weights: list) -> None:
@@ -159,6 +166,17 @@ class ScheduleCoordinator:
         with self._cond:
             self._weights[version] = weights
             self._cond.notify_all()
+
+    def restore_cursor(self, chunk_id: int, cursor: dict[str, Any]) -> None:
+        """The data cursor of chunk ``chunk_id`` (``Chunk.cursor``, e.g. from a checkpoint): a later
+        restart of the stream at or after that chunk seeks there instead of re-reading from chunk 0."""
+        with self._cond:
+            self._cursors[int(chunk_id)] = cursor
+
+    def cursor(self, chunk_id: int) -> dict[str, Any] | None:
+        """The data cursor at the start of chunk ``chunk_id`` if it is known (for checkpoints)."""
+        with self._cond:
+            return self._cursors.get(chunk_id)
 
     def restore_decisions(self, orders: dict[int, list[int]]) -> None:
         """Orders already decided (from a checkpoint's schedule log): reuse them on resume."""
@@ -172,12 +190,16 @@ class ScheduleCoordinator:
             out: dict[str, Any] = {
                 "chunks_produced": self.state.chunks_produced,
                 "stream_restarts": self.state.stream_restarts,
+                "restarts_from_cursor": self.state.restarts_from_cursor,
                 "chunks_skipped_on_seek": self.state.chunks_skipped_on_seek,
                 "served": dict(self.state.served),
             }
         if stream is not None:
             out["dropped_tail_sequences"] = stream.stats.dropped_tail_sequences
             out["per_epoch_chunks"] = list(stream.stats.per_epoch_chunks)
+            if stream.stats.domain_draws:
+                out["domain_draws"] = dict(stream.stats.domain_draws)
+                out["domain_epochs"] = dict(stream.stats.domain_epochs)
             ledger = getattr(stream, "ledger", None)
             if ledger is not None:
                 out["data_quality"] = {**ledger.to_dict(), "bad_by_reason": ledger.bad_by_reason()}
@@ -219,11 +241,19 @@ class ScheduleCoordinator:
                 self._cond.notify_all()
 
     def _restart_stream(self, target: int) -> None:
-        logger.info("re-reading the data stream to reach chunk %d", target)
-        self._stream = self._make_stream()
+        with self._cond:
+            known = [c for c in self._cursors if c <= target]
+            start = max(known) if known else None
+            cursor = self._cursors[start] if start is not None else None
+        if cursor is None:
+            logger.info("re-reading the data stream from chunk 0 to reach chunk %d (no data cursor)", target)
+        else:
+            logger.info("restarting the data stream at the cursor of chunk %d to reach chunk %d", start, target)
+            self.state.restarts_from_cursor += 1
+        self._stream = self._make_stream(cursor)
         self._iter = iter(self._stream)
         self.state.stream_restarts += 1
-        next_id = 0
+        next_id = start or 0
         while next_id < target:
             next(self._iter)
             next_id += 1
@@ -235,10 +265,13 @@ class ScheduleCoordinator:
         import ray
 
         if self._iter is None:
-            self._stream = self._make_stream()
+            self._stream = self._make_stream(None)
             self._iter = iter(self._stream)
         chunk = next(self._iter)
         assert chunk.chunk_id == self._next_id, (chunk.chunk_id, self._next_id)
+        if chunk.cursor is not None:
+            with self._cond:
+                self._cursors[chunk.chunk_id] = chunk.cursor
         refs = tuple(ray.put(batch) for batch in chunk.batches)
         pending, version = None, None
         if chunk.chunk_id not in self._decided:

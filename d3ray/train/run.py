@@ -96,18 +96,16 @@ def prepare_data(cfg: RunConfig) -> PreparedData:
 
 def build_chunk_stream(
     shards: list[Any], data: DataConfig, tokenizer_dir: str, batch_size: int, chunk_len: int,
-    shuffle_buffer: int, seed: int,
+    shuffle_buffer: int, seed: int, cursor: dict[str, Any] | None = None,
+    mixture_for_chunk: Any = None,
 ) -> ChunkStream:
-    """The run's deterministic chunk stream over Ray Data (built inside the coordinator actor)."""
-    from d3ray.data.pipeline import iter_packed_sequences
-    from d3ray.data.records import BadRecordLedger
+    """The run's deterministic chunk stream over Ray Data (built inside the coordinator actor),
+    from ``cursor`` (a ``Chunk.cursor``) when given, drawn by domain when ``mixture_for_chunk`` is given."""
+    from d3ray.data.stream import CorpusSource
 
-    ledger = BadRecordLedger()
-
-    def sequences_for_epoch(epoch: int):
-        return iter_packed_sequences(shards, data, tokenizer_dir, ledger)
-
-    return ChunkStream(sequences_for_epoch, batch_size, chunk_len, shuffle_buffer, seed, ledger=ledger)
+    source = CorpusSource(shards, data, tokenizer_dir)
+    return ChunkStream(source, batch_size, chunk_len, shuffle_buffer, seed,
+                       mixture_for_chunk=mixture_for_chunk, cursor=cursor)
 
 
 def load_eval_sets(cfg: RunConfig, prepared: PreparedData) -> dict[str, Any]:

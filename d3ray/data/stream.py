@@ -1,0 +1,299 @@
+"""Resumable sequence streams over the Ray Data reader: one epoch of one lane, and the lane itself.
+
+A **lane** is one reader over the corpus: all domains (the plain, mixture-less stream) or one
+domain (a per-domain stream for the mixers). Each epoch of a lane is a :class:`SequenceReader`:
+
+    Ray Data stream from a position ──► iter_token_blocks (ledger) ──► SequencePacker.feed_block
+        ──► sequences of the block, in completion order ──► (the lane's ShuffleBuffer) ──► consumer
+
+**State (the cursor).** A reader's state names the block whose sequences it is handing out: the
+shard and :class:`~d3ray.data.shards.ShardPosition` of the block's first row, the packer's carried
+tokens before that block, and how many of the block's sequences were already taken. A reader
+started from that state seeks to the position (no earlier line is read again; see
+``ShardPosition`` for what a compressed shard decompresses again), restores the packer, packs the
+block again and drops what was taken, so it yields exactly the sequences the old one would have
+yielded next. A block holds at most ``cfg.tokenize_batch_size`` records, which bounds what is
+tokenized twice. The :class:`ShuffleBuffer`'s state is its RNG state plus the sequences it holds
+(base64 tokens): ``shuffle_buffer`` x T x 4 bytes x 4/3 of JSON.
+
+**Epoch pre-start.** A Ray Data stream starts tokenizer actors and reads its first shard before
+its first block arrives (seconds). When a reader reaches its last shard, its lane starts the next
+epoch's reader in a background thread, so that the epoch boundary costs no more than any block.
+
+The bad-record ledger counts records as they are read: a resumed reader counts from its cursor
+(its first block, re-read, is counted again by a ledger restored from a later checkpoint).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from d3ray.data.config import DataConfig
+from d3ray.data.packing import PackedSequence, SequencePacker, decode_tokens, encode_tokens
+from d3ray.data.records import BadRecordLedger
+from d3ray.data.shards import Shard, ShardPosition
+
+if TYPE_CHECKING:
+    from d3ray.data.pipeline import BlockOut
+
+logger = logging.getLogger(__name__)
+
+
+class CorpusSource:
+    """The corpus as the chunk stream sees it: opens a :class:`SequenceReader` for (epoch, lane, state).
+
+    Plain, picklable: build it on the driver, use it in the coordinator actor.
+
+    Args:
+        shards: the training shards, in order.
+        cfg: the data config.
+        tokenizer_dir: the tokenizer directory.
+        ledger: the bad-record ledger every reader of this source fills.
+    """
+
+    def __init__(self, shards: list[Shard], cfg: DataConfig, tokenizer_dir: str,
+                 ledger: BadRecordLedger | None = None) -> None:
+        if not shards:
+            raise ValueError("no shards to read")
+        self.shards = list(shards)
+        self.cfg = cfg
+        self.tokenizer_dir = str(tokenizer_dir)
+        self.ledger = ledger if ledger is not None else BadRecordLedger()
+        self._eos_id: int | None = None
+
+    @property
+    def domains(self) -> list[str]:
+        return list(self.cfg.domains)
+
+    @property
+    def eos_id(self) -> int:
+        if self._eos_id is None:
+            from d3ray.data.tokenizer import load_backend_tokenizer
+
+            self._eos_id = load_backend_tokenizer(self.tokenizer_dir)[1]
+        return self._eos_id
+
+    def reader(self, epoch: int, lane: str | None, state: dict[str, Any] | None) -> SequenceReader:
+        """A reader of one epoch of ``lane`` (None: all domains), at ``state`` (None: the start)."""
+        return SequenceReader(self, epoch, lane, state)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_eos_id": None}
+
+
+class SequenceReader:
+    """One epoch of one lane: packed sequences from the Ray Data stream, with a resumable state.
+
+    Iterating yields :class:`~d3ray.data.packing.PackedSequence`; after the last shard, the
+    partial sequence of each domain (EOS-padded), in ``cfg.domains`` order. :meth:`state` is
+    JSON-safe; ``source.reader(epoch, lane, state)`` continues exactly where this one stands.
+    """
+
+    def __init__(self, source: CorpusSource, epoch: int, lane: str | None, state: dict[str, Any] | None) -> None:
+        self.source, self.epoch, self.lane = source, epoch, lane
+        cfg = source.cfg
+        self._packer = SequencePacker(cfg.seq_len, source.eos_id)
+        n = len(source.shards)
+        self._index = {s.name: i for i, s in enumerate(source.shards)}
+        if state is None:
+            shard, position, skip = 0, ShardPosition(), 0
+        else:
+            shard, position, skip = int(state["shard"]), ShardPosition.from_list(state["position"]), int(state["skip"])
+            if shard < n and state.get("shard_name") != source.shards[shard].name:
+                raise ValueError(
+                    f"data cursor names shard {shard} {state.get('shard_name')!r}, but the corpus lists "
+                    f"{source.shards[shard].name!r} there: resume needs the same train_paths"
+                )
+            self._packer.load_state(state["carry"])
+        # The group: the block (or the end-of-epoch flush) whose sequences are being handed out.
+        self._group = (shard, position, self._packer.snapshot())
+        self._queue: deque[PackedSequence] = deque()
+        self._taken = 0
+        self._skip = skip
+        self._ended = shard >= n
+        self._done = False
+        self.near_end = shard >= n - 1
+        self._blocks: Iterator[BlockOut] | None = None
+        self._thread: threading.Thread | None = None
+        self._opened: tuple[Iterator[BlockOut], BlockOut | None] | BaseException | None = None
+
+    # ---- reading -------------------------------------------------------------------------
+    def prestart(self) -> None:
+        """Start the Ray Data stream in the background (its actors, its first block), now."""
+        if self._thread is None and self._blocks is None and not self._ended:
+            self._thread = threading.Thread(target=self._open, name=f"prestart-{self.lane}-{self.epoch}", daemon=True)
+            self._thread.start()
+
+    def _open(self) -> None:
+        from d3ray.data.pipeline import document_dataset, iter_token_blocks
+
+        try:
+            source, cfg = self.source, self.source.cfg
+            shard, position, _ = self._group
+            cpus = cfg.tokenize_cpus if self.lane is None else cfg.tokenize_cpus / len(cfg.domains)
+            ds = document_dataset(source.shards[shard:], cfg, source.tokenizer_dir, position, self.lane,
+                                  source.domains[0] if self.lane is not None else None, cpus)
+            blocks = iter_token_blocks(ds.iter_batches(batch_size=None, batch_format="pyarrow"), source.ledger, cfg)
+            self._opened = (blocks, next(blocks, None))
+        except BaseException as err:  # handed to the consumer by _next_block
+            self._opened = err
+
+    def _next_block(self) -> BlockOut | None:
+        if self._blocks is None:
+            if self._thread is None:
+                self._open()
+            else:
+                self._thread.join()
+            opened, self._opened = self._opened, None
+            if isinstance(opened, BaseException):
+                raise opened
+            assert opened is not None
+            self._blocks, first = opened
+            return first
+        return next(self._blocks, None)
+
+    def __iter__(self) -> SequenceReader:
+        return self
+
+    def __next__(self) -> PackedSequence:
+        while not self._queue:
+            if self._done:
+                raise StopIteration
+            self._fill()
+        self._taken += 1
+        return self._queue.popleft()
+
+    def _fill(self) -> None:
+        n = len(self.source.shards)
+        if self._ended:
+            self._group = (n, ShardPosition(), self._packer.snapshot())
+            self._queue.extend(self._packer.flush(self.source.domains))
+            self._done = True
+            self.source.ledger.check(self.source.cfg.max_bad_fraction)
+            if self.lane is None:
+                self.source.ledger.log_summary()
+        else:
+            before = self._packer.snapshot()
+            block = self._next_block()
+            if block is None:
+                self._ended = True
+                return
+            shard = self._index[block.shard]
+            self._group = (shard, block.position, before)
+            self._queue.extend(self._packer.feed_block(block.documents))
+            self.near_end = self.near_end or shard >= n - 1
+        # Resuming inside a group: drop what the old reader handed out. The new stream may cut its
+        # blocks elsewhere; the order of sequences does not depend on that, so the skip simply goes
+        # on into the next group when this one makes fewer.
+        drop = min(self._skip, len(self._queue))
+        for _ in range(drop):
+            self._queue.popleft()
+        self._taken, self._skip = drop, self._skip - drop
+
+    def state(self) -> dict[str, Any]:
+        """JSON-safe position of the next sequence (see the module docstring)."""
+        shard, position, carry = self._group
+        n = len(self.source.shards)
+        return {
+            "shard": shard,
+            "shard_name": self.source.shards[shard].name if shard < n else None,
+            "position": position.to_list(),
+            "carry": SequencePacker.state_of(carry),
+            "skip": self._taken + self._skip,
+        }
+
+
+class ShuffleBuffer:
+    """Seeded streaming shuffle with a buffer of ``size`` items (0 or 1: unchanged order), with a
+    JSON-safe state. ``push`` returns the item that leaves (once the buffer is full), ``pop`` drains."""
+
+    def __init__(self, size: int, seed: list[int], state: dict[str, Any] | None = None) -> None:
+        self.size = size
+        self._rng = np.random.default_rng(seed)
+        self._pool: list[PackedSequence] = []
+        if state is not None and size > 1:
+            self._rng.bit_generator.state = state["rng"]
+            self._pool = [_sequence_from_dict(d) for d in state["pool"]]
+
+    def push(self, item: PackedSequence) -> PackedSequence | None:
+        if self.size <= 1:
+            return item
+        self._pool.append(item)
+        return self.pop() if len(self._pool) >= self.size else None
+
+    def pop(self) -> PackedSequence | None:
+        if not self._pool:
+            return None
+        j = int(self._rng.integers(len(self._pool)))
+        self._pool[j], self._pool[-1] = self._pool[-1], self._pool[j]
+        return self._pool.pop()
+
+    def state(self) -> dict[str, Any] | None:
+        if self.size <= 1:
+            return None
+        return {"rng": self._rng.bit_generator.state, "pool": [_sequence_to_dict(s) for s in self._pool]}
+
+
+def _sequence_to_dict(seq: PackedSequence) -> dict[str, Any]:
+    return {"tokens": encode_tokens(seq.tokens), "domain": seq.domain, "sample_id": seq.sample_id,
+            "n_tokens": int(seq.n_tokens)}
+
+
+def _sequence_from_dict(data: dict[str, Any]) -> PackedSequence:
+    return PackedSequence(decode_tokens(data["tokens"]), data["domain"], data["sample_id"], int(data["n_tokens"]))
+
+
+class Lane:
+    """One lane across epochs: a reader per epoch, a seeded shuffle per epoch, and the pre-start.
+
+    Args:
+        source: opens the readers (a :class:`CorpusSource`, or any object with the same ``reader``).
+        lane: the domain of a per-domain lane, None for all domains.
+        shuffle_buffer: sequences in the shuffle buffer (0 = stream order).
+        seed_key: the shuffle of epoch e is seeded with ``[*seed_key, e]``.
+        state: a :meth:`state` to resume from (None: epoch 0 from the start).
+    """
+
+    def __init__(self, source: Any, lane: str | None, shuffle_buffer: int, seed_key: list[int],
+                 state: dict[str, Any] | None = None) -> None:
+        self.source, self.lane = source, lane
+        self.shuffle_buffer, self.seed_key = shuffle_buffer, list(seed_key)
+        self.epoch = int(state["epoch"]) if state else 0
+        self._reader = source.reader(self.epoch, lane, state["reader"] if state else None)
+        self._shuffle = ShuffleBuffer(shuffle_buffer, [*self.seed_key, self.epoch], state["shuffle"] if state else None)
+        self._reader_done = False
+        self._next_reader: Any = None
+
+    def next(self) -> PackedSequence | None:
+        """The next sequence of the current epoch, or None when the epoch is over; the lane then
+        stands at the start of the next epoch (pre-started when the old one reached its last shard)."""
+        while not self._reader_done:
+            seq = next(self._reader, None)
+            if self._next_reader is None and self._reader.near_end:
+                self._next_reader = self.source.reader(self.epoch + 1, self.lane, None)
+                self._next_reader.prestart()
+            if seq is None:
+                self._reader_done = True
+                break
+            out = self._shuffle.push(seq)
+            if out is not None:
+                return out
+        out = self._shuffle.pop()
+        if out is not None:
+            return out
+        self.epoch += 1
+        self._reader = self._next_reader or self.source.reader(self.epoch, self.lane, None)
+        self._next_reader = None
+        self._shuffle = ShuffleBuffer(self.shuffle_buffer, [*self.seed_key, self.epoch])
+        self._reader_done = False
+        return None
+
+    def state(self) -> dict[str, Any]:
+        """JSON-safe state: ``{"epoch", "reader": SequenceReader.state(), "shuffle": ...}``."""
+        return {"epoch": self.epoch, "reader": self._reader.state(), "shuffle": self._shuffle.state()}
