@@ -70,6 +70,8 @@ class TokenBlock:
     domains: Sequence[str]
     shards: Sequence[str]
     lines: Sequence[int]
+    positions: np.ndarray | None = None
+    """(n, 4) int64 ShardPosition of each document (line, offset, frame_offset, frame_start), if known."""
 
     @classmethod
     def of(cls, docs: Sequence[TokenizedDocument]) -> TokenBlock:
@@ -101,6 +103,25 @@ def parse_sample_id(sample_id: str) -> tuple[str, int, int]:
     return shard, int(line), int(offset)
 
 
+@dataclass
+class _BlockTrace:
+    """What :meth:`SequencePacker.restart_point` needs of the last block: per domain its rows,
+    token buffer (carry + documents with EOS) and document starts in it, and the completing row
+    of every sequence the block made, in output order (ascending)."""
+
+    block: TokenBlock
+    domains: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, str]]
+    done_by: np.ndarray
+
+    def sample_id(self, domain: str, p: int, head_id: str) -> str:
+        rows, _, doc_at, _ = self.domains[domain]
+        if p < doc_at[0]:
+            return head_id
+        j = int(np.searchsorted(doc_at, p, side="right")) - 1
+        r = int(rows[j])
+        return make_sample_id(self.block.shards[r], int(self.block.lines[r]), p - int(doc_at[j]))
+
+
 class SequencePacker:
     """Packs documents into (T,) sequences per domain, EOS after every document.
 
@@ -117,6 +138,7 @@ class SequencePacker:
         # domain -> (carried tokens (n < T,), sample id of the first of them). Arrays are replaced,
         # never changed in place, so a shallow copy of this dict is a snapshot.
         self._carry: dict[str, tuple[np.ndarray, str]] = {}
+        self._trace: _BlockTrace | None = None  # the last block fed, for :meth:`restart_point`
 
     def feed(self, doc: TokenizedDocument) -> list[PackedSequence]:
         """Add one document (its tokens then EOS); return the sequences it completes, in order."""
@@ -126,6 +148,7 @@ class SequencePacker:
         """Add a block of documents; return the sequences they complete, ordered by the document
         that completes each (as :meth:`feed` one document at a time would)."""
         n = len(block.domains)
+        self._trace = None
         if n == 0:
             return []
         T = self.seq_len
@@ -143,6 +166,7 @@ class SequencePacker:
             rows_of.setdefault(domain, []).append(i)
         done_by: list[np.ndarray] = []  # per domain: the completing row of each new sequence
         made: list[tuple[str, np.ndarray, list[str]]] = []
+        trace = _BlockTrace(block, {}, np.zeros(0, dtype=np.int64))
         for domain, row_list in rows_of.items():
             rows = np.asarray(row_list, dtype=np.int64)
             seg = lengths[rows]
@@ -155,29 +179,53 @@ class SequencePacker:
             buf = np.concatenate([carried, tokens]) if len(carried) else tokens
             doc_at = len(carried) + np.cumsum(seg) - seg  # (m,) document starts in ``buf``
             k = len(buf) // T
-
-            def id_at(p: int, rows: np.ndarray = rows, doc_at: np.ndarray = doc_at, head_id: str = head_id) -> str:
-                if p < doc_at[0]:  # inside the carried tokens (only their first is ever asked for)
-                    return head_id
-                j = int(np.searchsorted(doc_at, p, side="right")) - 1
-                r = int(rows[j])
-                return make_sample_id(block.shards[r], int(block.lines[r]), p - int(doc_at[j]))
-
+            trace.domains[domain] = (rows, buf, doc_at, head_id)
             if k:
                 seqs = buf[: k * T].reshape(k, T)
                 ends = np.arange(1, k + 1) * T - 1
                 done_by.append(rows[np.searchsorted(doc_at, ends, side="right") - 1])
-                made.append((domain, seqs, [id_at(j * T) for j in range(k)]))
+                made.append((domain, seqs, [trace.sample_id(domain, j * T, head_id) for j in range(k)]))
             rest = k * T
             if rest < len(buf):
-                self._carry[domain] = (buf[rest:].copy(), id_at(rest))
+                self._carry[domain] = (buf[rest:].copy(), trace.sample_id(domain, rest, head_id))
             else:
                 self._carry.pop(domain, None)
+        self._trace = trace
         if not made:
             return []
-        order = np.argsort(np.concatenate(done_by), kind="stable")
+        completing = np.concatenate(done_by)
+        order = np.argsort(completing, kind="stable")
+        trace.done_by = completing[order]
         flat = [(domain, seqs[j], ids[j]) for domain, seqs, ids in made for j in range(len(ids))]
         return [PackedSequence(flat[i][1], flat[i][0], flat[i][2], T) for i in order]
+
+    def restart_point(
+        self, taken: int, before: dict[str, tuple[np.ndarray, str]]
+    ) -> tuple[int, int, dict[str, tuple[np.ndarray, str]]] | None:
+        """Where to restart inside the last block fed, ``taken`` of its sequences being handed out.
+
+        Returns ``(row, skip, carry)``: re-reading from document ``row`` of that block with the packer
+        at ``carry`` and dropping the first ``skip`` sequences gives the sequences after the taken ones.
+        ``row`` is the document that completes the next sequence (or the last one completed), so a
+        restart reads again at most that document's line onward. ``before`` is the :meth:`snapshot`
+        taken before the block. None when the block is not known (restart at the block start).
+        """
+        trace = self._trace
+        if trace is None or taken == 0 or len(trace.done_by) == 0:
+            return None
+        row = int(trace.done_by[min(taken, len(trace.done_by) - 1)])
+        skip = taken - int(np.searchsorted(trace.done_by, row, side="left"))
+        carry = dict(before)
+        T = self.seq_len
+        for domain, (rows, buf, doc_at, head_id) in trace.domains.items():
+            m = int(np.searchsorted(rows, row, side="left"))  # this domain's documents before ``row``
+            end = int(doc_at[m]) if m < len(rows) else len(buf)
+            start = (end // T) * T
+            if end > start:
+                carry[domain] = (buf[start:end].copy(), trace.sample_id(domain, start, head_id))
+            else:
+                carry.pop(domain, None)
+        return row, skip, carry
 
     def flush(self, domain_order: Iterable[str] | None = None) -> list[PackedSequence]:
         """Emit each domain's partial sequence, right-padded with EOS, and empty the buffers.

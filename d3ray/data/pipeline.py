@@ -196,9 +196,13 @@ class BlockOut:
 
     documents: TokenBlock
     shard: str
-    """Name of the shard of the block's first row (a block never spans two shards)."""
+    """Name of the shard of the block's first row (a block may span shards: Ray Data bundles them)."""
+    last_shard: str
+    """Name of the shard of the block's last row."""
     position: ShardPosition
     """Position of the block's first row (good or bad): a stream restarted there re-reads this block."""
+    n_records: int
+    """Records (good and bad rows) in the block."""
 
 
 def iter_token_blocks(
@@ -211,6 +215,8 @@ def iter_token_blocks(
         if batch.num_rows == 0:
             continue
         first = {c: batch.column(c)[0].as_py() for c in ("shard", *_POSITION_COLUMNS)}
+        n_records = batch.num_rows
+        last_shard = batch.column("shard")[n_records - 1].as_py()
         bad_mask = pc.not_equal(batch.column("bad_reason"), "")
         n_bad = pc.sum(bad_mask).as_py() or 0
         if n_bad:
@@ -229,9 +235,12 @@ def iter_token_blocks(
                 domains=batch.column("domain").to_pylist(),
                 shards=batch.column("shard").to_pylist(),
                 lines=batch.column("line").to_numpy(),
+                positions=np.stack([batch.column(c).to_numpy() for c in _POSITION_COLUMNS], axis=1),
             ),
             first["shard"],
+            last_shard,
             ShardPosition(*(first[c] for c in _POSITION_COLUMNS)),
+            n_records,
         )
         if ledger.total >= cfg.min_records_before_check and ledger.total > checked_at:
             ledger.check(cfg.max_bad_fraction)

@@ -6,14 +6,13 @@ domain (a per-domain stream for the mixers). Each epoch of a lane is a :class:`S
     Ray Data stream from a position ──► iter_token_blocks (ledger) ──► SequencePacker.feed_block
         ──► sequences of the block, in completion order ──► (the lane's ShuffleBuffer) ──► consumer
 
-**State (the cursor).** A reader's state names the block whose sequences it is handing out: the
-shard and :class:`~d3ray.data.shards.ShardPosition` of the block's first row, the packer's carried
-tokens before that block, and how many of the block's sequences were already taken. A reader
-started from that state seeks to the position (no earlier line is read again; see
-``ShardPosition`` for what a compressed shard decompresses again), restores the packer, packs the
-block again and drops what was taken, so it yields exactly the sequences the old one would have
-yielded next. A block holds at most ``cfg.tokenize_batch_size`` records, which bounds what is
-tokenized twice. The :class:`ShuffleBuffer`'s state is its RNG state plus the sequences it holds
+**State (the cursor).** A reader's state names the document that completes the next sequence:
+its shard and :class:`~d3ray.data.shards.ShardPosition`, the packer's carried tokens just before
+that document (< T per domain), and how many of the sequences it completes were already taken
+(``SequencePacker.restart_point``). A reader started from that state seeks to the position (no
+earlier line is read again; see ``ShardPosition`` for what a compressed shard decompresses again),
+restores the packer, packs from there and drops what was taken, so it yields exactly the sequences
+the old one would have yielded next; it tokenizes again at most that one document. The :class:`ShuffleBuffer`'s state is its RNG state plus the sequences it holds
 (base64 tokens): ``shuffle_buffer`` x T x 4 bytes x 4/3 of JSON.
 
 **Epoch pre-start.** A Ray Data stream starts tokenizer actors and reads its first shard before
@@ -29,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -101,6 +100,7 @@ class SequenceReader:
         self._packer = SequencePacker(cfg.seq_len, source.eos_id)
         n = len(source.shards)
         self._index = {s.name: i for i, s in enumerate(source.shards)}
+        self._from_start = state is None
         if state is None:
             shard, position, skip = 0, ShardPosition(), 0
         else:
@@ -113,13 +113,17 @@ class SequenceReader:
             self._packer.load_state(state["carry"])
         # The group: the block (or the end-of-epoch flush) whose sequences are being handed out.
         self._group = (shard, position, self._packer.snapshot())
+        self._block_positions: np.ndarray | None = None  # (n, 4) positions of the group's documents
+        self._block_shards: Sequence[str] = ()  # and their shards
         self._queue: deque[PackedSequence] = deque()
         self._taken = 0
         self._skip = skip
         self._ended = shard >= n
         self._done = False
         self.near_end = shard >= n - 1
+        self.records_read = 0  # records (good and bad) this reader took from the stream
         self._blocks: Iterator[BlockOut] | None = None
+        self._batches: Any = None  # Ray Data's batch iterator under ``_blocks``
         self._thread: threading.Thread | None = None
         self._opened: tuple[Iterator[BlockOut], BlockOut | None] | BaseException | None = None
 
@@ -139,10 +143,25 @@ class SequenceReader:
             cpus = cfg.tokenize_cpus if self.lane is None else cfg.tokenize_cpus / len(cfg.domains)
             ds = document_dataset(source.shards[shard:], cfg, source.tokenizer_dir, position, self.lane,
                                   source.domains[0] if self.lane is not None else None, cpus)
-            blocks = iter_token_blocks(ds.iter_batches(batch_size=None, batch_format="pyarrow"), source.ledger, cfg)
+            self._batches = iter(ds.iter_batches(batch_size=None, batch_format="pyarrow"))
+            blocks = iter_token_blocks(self._batches, source.ledger, cfg)
             self._opened = (blocks, next(blocks, None))
         except BaseException as err:  # handed to the consumer by _next_block
             self._opened = err
+
+    def close(self) -> None:
+        """Stop the Ray Data stream (its actors) now rather than when the reader is collected."""
+        if self._thread is not None:
+            self._thread.join()
+            opened, self._opened = self._opened, None
+            if isinstance(opened, tuple):
+                self._blocks = opened[0]
+        for it in (self._blocks, self._batches):
+            if it is not None and hasattr(it, "close"):
+                it.close()  # Ray Data shuts its execution (and actors) down when its iterator closes
+        self._batches = None
+        self._blocks, self._thread, self._done = None, None, True
+        self._queue.clear()
 
     def _next_block(self) -> BlockOut | None:
         if self._blocks is None:
@@ -173,9 +192,12 @@ class SequenceReader:
         n = len(self.source.shards)
         if self._ended:
             self._group = (n, ShardPosition(), self._packer.snapshot())
+            self._block_positions = None
             self._queue.extend(self._packer.flush(self.source.domains))
             self._done = True
-            self.source.ledger.check(self.source.cfg.max_bad_fraction)
+            ledger, cfg = self.source.ledger, self.source.cfg
+            if self._from_start or ledger.total >= cfg.min_records_before_check:
+                ledger.check(cfg.max_bad_fraction)  # not on a few records counted since a resume
             if self.lane is None:
                 self.source.ledger.log_summary()
         else:
@@ -185,9 +207,12 @@ class SequenceReader:
                 self._ended = True
                 return
             shard = self._index[block.shard]
+            self.records_read += block.n_records
             self._group = (shard, block.position, before)
+            self._block_positions = block.documents.positions
+            self._block_shards = block.documents.shards
             self._queue.extend(self._packer.feed_block(block.documents))
-            self.near_end = self.near_end or shard >= n - 1
+            self.near_end = self.near_end or self._index[block.last_shard] >= n - 1
         # Resuming inside a group: drop what the old reader handed out. The new stream may cut its
         # blocks elsewhere; the order of sequences does not depend on that, so the skip simply goes
         # on into the next group when this one makes fewer.
@@ -199,13 +224,22 @@ class SequenceReader:
     def state(self) -> dict[str, Any]:
         """JSON-safe position of the next sequence (see the module docstring)."""
         shard, position, carry = self._group
+        skip = self._taken + self._skip
         n = len(self.source.shards)
+        if shard < n and not self._skip and self._block_positions is not None:
+            # Inside a block: restart at the document that completes the next sequence, not at the
+            # block's first row, so that a restart reads again one document, not a whole block.
+            point = self._packer.restart_point(self._taken, carry)
+            if point is not None:
+                row, skip, carry = point
+                shard = self._index[self._block_shards[row]]
+                position = ShardPosition(*(int(v) for v in self._block_positions[row]))
         return {
             "shard": shard,
             "shard_name": self.source.shards[shard].name if shard < n else None,
             "position": position.to_list(),
             "carry": SequencePacker.state_of(carry),
-            "skip": self._taken + self._skip,
+            "skip": skip,
         }
 
 
@@ -269,6 +303,12 @@ class Lane:
         self._shuffle = ShuffleBuffer(shuffle_buffer, [*self.seed_key, self.epoch], state["shuffle"] if state else None)
         self._reader_done = False
         self._next_reader: Any = None
+        self.records_read: dict[int, int] = {}  # epoch -> records its reader took (when it is done)
+
+    @property
+    def prestarted(self) -> bool:
+        """Whether the next epoch's reader is already started."""
+        return self._next_reader is not None
 
     def next(self) -> PackedSequence | None:
         """The next sequence of the current epoch, or None when the epoch is over; the lane then
@@ -287,12 +327,20 @@ class Lane:
         out = self._shuffle.pop()
         if out is not None:
             return out
+        self.records_read[self.epoch] = getattr(self._reader, "records_read", 0)
         self.epoch += 1
         self._reader = self._next_reader or self.source.reader(self.epoch, self.lane, None)
         self._next_reader = None
         self._shuffle = ShuffleBuffer(self.shuffle_buffer, [*self.seed_key, self.epoch])
         self._reader_done = False
         return None
+
+    def close(self) -> None:
+        """Stop this lane's streams (the current and the pre-started one)."""
+        for reader in (self._reader, self._next_reader):
+            if reader is not None and hasattr(reader, "close"):
+                reader.close()
+        self._next_reader = None
 
     def state(self) -> dict[str, Any]:
         """JSON-safe state: ``{"epoch", "reader": SequenceReader.state(), "shuffle": ...}``."""

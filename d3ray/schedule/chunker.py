@@ -149,6 +149,13 @@ class ChunkStream:
                 )
         self.cursor = cursor
         self.stats = ChunkStreamStats()
+        self.lanes: dict[str | None, Lane] = {}
+        """The lanes being read: ``None`` (plain), or one per domain drawn so far (mixed)."""
+
+    def close(self) -> None:
+        """Stop the lanes' Ray Data streams now (a stream that is dropped stops when it is collected)."""
+        for lane in self.lanes.values():
+            lane.close()
 
     def __iter__(self) -> Iterator[Chunk]:
         if self.mixture_for_chunk is None:
@@ -159,6 +166,7 @@ class ChunkStream:
     def _plain_chunks(self) -> Iterator[Chunk]:
         B, L = self.batch_size, self.chunk_len
         lane = Lane(self.source, None, self.shuffle_buffer, [self.seed], self.cursor["lane"] if self.cursor else None)
+        self.lanes = {None: lane}
         chunk_id = int(self.cursor["chunk_id"]) if self.cursor else 0
         from_start = self.cursor is None or bool(self.cursor["at_epoch_start"])
         while True:
@@ -207,7 +215,7 @@ class ChunkStream:
         B, L = self.batch_size, self.chunk_len
         domains = list(self.source.domains)
         cursor = self.cursor or {"chunk_id": 0, "lanes": {}, "mixture": None}
-        lanes = {d: self._domain_lane(domains, d, state) for d, state in cursor["lanes"].items()}
+        lanes = self.lanes = {d: self._domain_lane(domains, d, state) for d, state in cursor["lanes"].items()}
         chunk_id = int(cursor["chunk_id"])
         mixture: dict[str, float] | None = cursor["mixture"]
         while True:

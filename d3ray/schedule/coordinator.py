@@ -250,6 +250,8 @@ class ScheduleCoordinator:
         else:
             logger.info("restarting the data stream at the cursor of chunk %d to reach chunk %d", start, target)
             self.state.restarts_from_cursor += 1
+        if self._stream is not None:
+            self._stream.close()
         self._stream = self._make_stream(cursor)
         self._iter = iter(self._stream)
         self.state.stream_restarts += 1

@@ -72,3 +72,27 @@ def test_packing_in_blocks_with_a_state_round_trip_equals_one_document_at_a_time
         (s.domain, s.sample_id, s.n_tokens) for s in expected
     ]
     assert all(np.array_equal(g.tokens, e.tokens) for g, e in zip(got, expected, strict=True))
+
+
+@settings(max_examples=300, deadline=None)
+@given(docs=documents, seq_len=st.integers(1, 9), taken=st.integers(0, 60))
+def test_restart_point_inside_a_block_continues_with_the_untaken_sequences(docs, seq_len, taken):
+    tokenized = [
+        TokenizedDocument(np.asarray(t, dtype=np.int32), d, "s", i + 1) for i, (d, t) in enumerate(docs)
+    ]
+    half = len(tokenized) // 3
+    packer = SequencePacker(seq_len=seq_len, eos_id=EOS)
+    packer.feed_block(TokenBlock.of(tokenized[:half]))
+    before = packer.snapshot()
+    made = packer.feed_block(TokenBlock.of(tokenized[half:]))
+    taken = min(taken, len(made))
+    point = packer.restart_point(taken, before)
+    rest = made[taken:] + packer.flush()
+    if point is None:  # nothing taken: restart at the block's start
+        row, skip, carry = 0, 0, before
+    else:
+        row, skip, carry = point
+    again = SequencePacker(seq_len=seq_len, eos_id=EOS)
+    again.load_state(SequencePacker.state_of(carry))
+    redo = again.feed_block(TokenBlock.of(tokenized[half + row :])) + again.flush()
+    assert [(s.sample_id, s.tokens.tolist()) for s in redo[skip:]] == [(s.sample_id, s.tokens.tolist()) for s in rest]

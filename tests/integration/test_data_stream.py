@@ -1,0 +1,167 @@
+"""The chunk stream on the real Ray Data reader: plain output equals today's behaviour, cursors seek
+(nothing consumed is read again) and resume to identical chunks, per-domain lanes mix exactly once."""
+
+import gzip
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+import zstandard
+
+from d3ray.data import (
+    DataConfig,
+    SequencePacker,
+    TokenizedDocument,
+    TokenizerConfig,
+    iter_documents,
+    list_shards,
+)
+from d3ray.data.stream import CorpusSource
+from d3ray.data.tokenizer import encode_texts, load_backend_tokenizer, train_tokenizer
+from d3ray.schedule.chunker import ChunkStream, make_batch
+from tests.conftest import start_local_ray
+
+pytestmark = pytest.mark.ray
+
+DOMAINS = ["RedPajamaC4", "RedPajamaGithub", "RedPajamaWikipedia"]
+
+
+def record(i: int, domain: str) -> bytes:
+    words = " ".join(f"w{(i * 7 + k) % 97}" for k in range(5 + (i * 13) % 40))
+    return json.dumps({"text": f"doc {i} {words}", "meta": {"redpajama_set_name": domain}}).encode()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Four shards, one of each kind: multi-frame .zst (and a malformed line), single-frame .zst, .gz, .jsonl."""
+    root = tmp_path_factory.mktemp("stream") / "train"
+    root.mkdir()
+    lines = [record(i, DOMAINS[2 if i % 20 == 7 else 1 if i % 4 == 1 else 0]) for i in range(480)]
+    lines[37] = b"{not json"
+    parts = [lines[k : k + 120] for k in range(0, 480, 120)]
+    cctx = zstandard.ZstdCompressor()
+    frames = [cctx.compress(b"\n".join(parts[0][k : k + 25]) + b"\n") for k in range(0, 120, 25)]
+    (root / "a.jsonl.zst").write_bytes(b"".join(frames))
+    (root / "b.jsonl.zst").write_bytes(cctx.compress(b"\n".join(parts[1]) + b"\n"))
+    (root / "c.jsonl.gz").write_bytes(gzip.compress(b"\n".join(parts[2]) + b"\n"))
+    (root / "d.jsonl").write_bytes(b"\n".join(parts[3]) + b"\n")
+    cfg = DataConfig(seq_len=16, domains=DOMAINS, tokenize_batch_size=16, min_records_before_check=10_000,
+                     tokenizer=TokenizerConfig(vocab_size=300, train_docs=100))
+    shards = list_shards(str(root))
+    return shards, cfg, str(train_tokenizer(shards, cfg, root.parent / "tokenizer"))
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    return start_local_ray()
+
+
+def old_shuffled(items, buffer, seed):
+    """Today's (pre-cursor) streaming shuffle of d3ray.schedule.chunker, kept as the oracle."""
+    rng = np.random.default_rng(seed)
+    pool = []
+    for item in items:
+        pool.append(item)
+        if len(pool) >= buffer:
+            j = int(rng.integers(len(pool)))
+            pool[j], pool[-1] = pool[-1], pool[j]
+            yield pool.pop()
+    while pool:
+        j = int(rng.integers(len(pool)))
+        pool[j], pool[-1] = pool[-1], pool[j]
+        yield pool.pop()
+
+
+def reference_chunks(shards, cfg, tok, B, L, buffer, seed, epochs):
+    """Today's plain chunk stream without Ray: reader → tokenizer → packer one document at a time,
+    the old shuffle, batches of B (tail dropped), chunks of L."""
+    backend, eos = load_backend_tokenizer(tok)
+    out = []
+    for epoch in range(epochs):
+        packer = SequencePacker(cfg.seq_len, eos)
+        seqs = []
+        for shard in shards:
+            for doc in iter_documents(shard, cfg.layout, cfg.domains, cfg.max_record_bytes):
+                if not doc.is_bad:
+                    (ids,) = encode_texts(backend, [doc.text])
+                    seqs += packer.feed(TokenizedDocument(ids, doc.domain, doc.shard, doc.line))
+        seqs += packer.flush(cfg.domains)
+        seqs = list(old_shuffled(seqs, buffer, [seed, epoch]))
+        batches = [make_batch(seqs[i : i + B], epoch) for i in range(0, len(seqs) - B + 1, B)]
+        out += [batches[i : i + L] for i in range(0, len(batches), L)]
+    return out
+
+
+def take(stream, n):
+    it = iter(stream)
+    chunks = [next(it) for _ in range(n)]
+    stream.close()
+    return chunks
+
+
+def test_plain_stream_equals_todays_behaviour_and_resumes_by_seeking(ray_local, corpus):
+    shards, cfg, tok = corpus
+    B, L, buffer, seed = 4, 3, 7, 11
+    expected = reference_chunks(shards, cfg, tok, B, L, buffer, seed, epochs=2)
+    got = take(ChunkStream(CorpusSource(shards, cfg, tok), B, L, buffer, seed), len(expected))
+    assert [[b.sample_ids for b in c.batches] for c in got] == [[b.sample_ids for b in c] for c in expected]
+    assert all(np.array_equal(g.input_ids, e.input_ids) for c, x in zip(got, expected, strict=True)
+               for g, e in zip(c.batches, x, strict=True))
+    per_epoch = len(expected) // 2
+    assert [c.epoch for c in got] == [0] * per_epoch + [1] * per_epoch
+
+    # Resume inside each kind of shard (multi-frame zst, one-frame zst, gz, plain) and at the epoch start.
+    records = [(i, d.line) for i, s in enumerate(shards) for d in iter_documents(s, cfg.layout, cfg.domains)]
+    shard_of = [got[k].cursor["lane"]["reader"]["shard"] for k in range(per_epoch)]
+    picks = [shard_of.index(i) + 2 for i in range(4)]  # a few chunks into each shard
+    for k in picks:
+        cursor = json.loads(json.dumps(got[k].cursor))
+        reader = cursor["lane"]["reader"]
+        assert reader["skip"] > 0 or reader["carry"]  # inside a document's sequences, with carried tokens
+        source = CorpusSource(shards, cfg, tok)
+        stream = ChunkStream(source, B, L, buffer, seed, cursor=cursor)
+        resumed = take(stream, per_epoch + 1 - k)  # to the first chunk of epoch 1
+        assert [[b.sample_ids for b in c.batches] for c in resumed] == [[b.sample_ids for b in c.batches]
+                                                                         for c in got[k : per_epoch + 1]]
+        # the resumed reader read exactly the records from the cursor's document on: none before it
+        read = stream.lanes[None].records_read[0]
+        assert read == sum(1 for s, ln in records if (s, ln) >= (reader["shard"], reader["position"][0]))
+        assert read < len(records) - 10 * k
+
+
+def test_mixed_stream_per_domain_lanes_exactly_once_and_resume(ray_local, corpus):
+    shards, cfg, tok = corpus
+    weights = {"RedPajamaC4": 0.25, "RedPajamaGithub": 0.25, "RedPajamaWikipedia": 0.5}
+
+    def mixture(chunk_id):
+        return weights
+
+    B, L = 4, 2
+    stream = ChunkStream(CorpusSource(shards, cfg, tok), B, L, shuffle_buffer=3, seed=2, mixture_for_chunk=mixture)
+    chunks = take(stream, 40)  # 320 draws: Wikipedia's lane runs out and restarts
+    drawn = [(d, sid) for c in chunks for b in c.batches for d, sid in zip(b.domains, b.sample_ids, strict=True)]
+    assert len({sid for _, sid in drawn}) == len(drawn)
+    assert stream.stats.domain_epochs.get("RedPajamaWikipedia", 0) >= 1
+    # a completed domain epoch drew every sequence of that domain exactly once
+    backend, eos = load_backend_tokenizer(tok)
+    packer = SequencePacker(cfg.seq_len, eos)
+    plain = []
+    for shard in shards:
+        for doc in iter_documents(shard, cfg.layout, cfg.domains):
+            if not doc.is_bad:
+                plain += packer.feed(TokenizedDocument(encode_texts(backend, [doc.text])[0], doc.domain, doc.shard,
+                                                       doc.line))
+    plain += packer.flush(cfg.domains)
+    wiki = {s.sample_id for s in plain if s.domain == "RedPajamaWikipedia"}
+    assert {sid.split("/", 1)[1] for d, sid in drawn if sid.startswith("0/") and d == "RedPajamaWikipedia"} == wiki
+    assert Counter(d for d, _ in drawn) == stream.stats.domain_draws
+
+    k = 23
+    cursor = json.loads(json.dumps(chunks[k].cursor))
+    resumed = take(ChunkStream(CorpusSource(shards, cfg, tok), B, L, shuffle_buffer=3, seed=2,
+                               mixture_for_chunk=mixture, cursor=cursor), len(chunks) - k)
+    assert [[b.sample_ids for b in c.batches] for c in resumed] == [[b.sample_ids for b in c.batches]
+                                                                     for c in chunks[k:]]
+    assert all(np.array_equal(g.input_ids, e.input_ids) for c, x in zip(resumed, chunks[k:], strict=True)
+               for g, e in zip(c.batches, x.batches, strict=True))
