@@ -335,6 +335,11 @@ class Lane:
         self._reader_done = False
         return None
 
+    def prestart(self) -> None:
+        """Start the current reader's Ray Data stream in the background (lanes start in parallel)."""
+        if hasattr(self._reader, "prestart"):
+            self._reader.prestart()
+
     def close(self) -> None:
         """Stop this lane's streams (the current and the pre-started one)."""
         for reader in (self._reader, self._next_reader):

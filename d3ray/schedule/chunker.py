@@ -216,6 +216,8 @@ class ChunkStream:
         domains = list(self.source.domains)
         cursor = self.cursor or {"chunk_id": 0, "lanes": {}, "mixture": None}
         lanes = self.lanes = {d: self._domain_lane(domains, d, state) for d, state in cursor["lanes"].items()}
+        for lane in lanes.values():
+            lane.prestart()
         chunk_id = int(cursor["chunk_id"])
         mixture: dict[str, float] | None = cursor["mixture"]
         while True:
@@ -227,11 +229,12 @@ class ChunkStream:
                 mixture = validate_mixture(decided, domains, field_name)
             elif mixture is None:
                 raise ValueError(f"{field_name} gave no mixture and no earlier chunk had one")
+            for domain in [d for d in domains if mixture[d] > 0 and d not in lanes]:
+                lanes[domain] = self._domain_lane(domains, domain, None)
+                lanes[domain].prestart()  # start every lane of the mixture at once, not one by one
             seqs, epochs = [], []
             for domain in draw_domains(mixture, domains, B * L, self.seed, chunk_id):
-                lane = lanes.get(domain)
-                if lane is None:
-                    lane = lanes[domain] = self._domain_lane(domains, domain, None)
+                lane = lanes[domain]
                 seq = lane.next()
                 if seq is None:  # this domain ran out: its stream starts its next epoch
                     self.stats.domain_epochs[domain] = self.stats.domain_epochs.get(domain, 0) + 1

@@ -1,0 +1,260 @@
+"""``d3ray bench data``: the data stream's tokens/s against a plain single-process loop, side by side.
+
+Both read the same shards in the same process, one after the other, and each figure is the
+median over ``--reps`` alternating passes (the box is shared; alternating spreads its noise):
+
+    plain loop   read → decompress → parse (iter_documents) → the same tokenizer's encode_batch_fast
+                 (ids as int32 arrays) in this process, on one core (TOKENIZERS_PARALLELISM=false)
+    stream       ChunkStream over CorpusSource: Ray Data read + tokenize (1 and N actors) → block
+                 packer → batches of B → chunks of L, one epoch; tokens = real (non-padding) tokens
+    mixed        the same, drawing every sequence by domain from per-domain lanes at the corpus'
+                 natural token mixture (so no lane cycles much more than the plain stream)
+
+    stream_ratio           stream tokens/s ÷ plain-loop tokens/s            (target >= 0.9, 1 actor)
+    mixed_cost             1 − mixed tokens/s ÷ stream tokens/s             (target < 0.05)
+    resume seconds         time to the first chunk of a stream started at the cursor of a chunk at
+                           10/50/90% of the epoch, against the fresh start (flat = seeking works), and
+                           what re-reading to that chunk costs (the plain pass's time to reach it)
+    epoch boundary         gap between the last chunk of epoch 0 and the first of epoch 1 (pre-started)
+                           against the mean gap between chunks and a cold start
+
+Corpus: ``--copies`` copies of the shared SlimPajama-format train shard (default 8, 17.6M tokens), or
+``--data PATH``; ``--quick`` generates a small sample corpus instead (a smoke test of the benchmark).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+SHARED_SHARD = Path("../shared/data/redpajama_sample/slimpajama_format/train/chunk1/example_train_0.jsonl.zst")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, help="JSON file to write")
+    parser.add_argument("--work-dir", default="runs/bench_data", help="corpus copies and tokenizer go here")
+    parser.add_argument("--data", default=None, help="shards to read instead of copies of the shared shard")
+    parser.add_argument("--shard", default=str(SHARED_SHARD), help="the shard to copy --copies times")
+    parser.add_argument("--copies", type=int, default=8)
+    parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: train one in --work-dir)")
+    parser.add_argument("--actors", type=int, default=2, help="N, the larger tokenizer actor pool")
+    parser.add_argument("--reps", type=int, default=1, help="alternating passes per figure (median)")
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--batch-size", type=int, default=8, help="B")
+    parser.add_argument("--L", type=int, default=8, help="chunk length")
+    parser.add_argument("--quick", action="store_true", help="a small generated corpus, 1 rep")
+
+
+def plain_loop(shards: list[Any], cfg: Any, tokenizer_dir: str) -> dict[str, float]:
+    """Read, decompress, parse and batch-encode every document in this process; tokens incl. EOS."""
+    from d3ray.data.records import iter_documents
+    from d3ray.data.tokenizer import encode_texts, load_backend_tokenizer
+
+    backend, _ = load_backend_tokenizer(tokenizer_dir)
+    start = time.perf_counter()
+    tokens = 0
+    texts: list[str] = []
+    for shard in shards:
+        for doc in iter_documents(shard, cfg.layout, cfg.domains, cfg.max_record_bytes):
+            if doc.is_bad:
+                continue
+            texts.append(doc.text)
+            if len(texts) == cfg.tokenize_batch_size:
+                tokens += sum(len(ids) + 1 for ids in encode_texts(backend, texts))
+                texts = []
+    if texts:
+        tokens += sum(len(ids) + 1 for ids in encode_texts(backend, texts))
+    seconds = time.perf_counter() - start
+    return {"tokens": tokens, "seconds": seconds, "tokens_per_sec": tokens / seconds}
+
+
+def stream_pass(make: Callable[[dict | None], Any], chunks_wanted: int | None = None) -> dict[str, Any]:
+    """Iterate a fresh ChunkStream through epoch 0 (or ``chunks_wanted`` chunks) and into epoch 1's
+    first chunk; times, tokens and the chunk cursors."""
+    stream = make(None)
+    start = time.perf_counter()
+    at: list[float] = []
+    tokens = 0
+    cursors: list[dict] = []
+    boundary = None
+    for chunk in stream:
+        now = time.perf_counter() - start
+        if chunk.epoch > 0 or (chunks_wanted is not None and len(at) >= chunks_wanted):
+            boundary = now - at[-1] if chunk.epoch > 0 and at else None
+            break
+        at.append(now)
+        cursors.append(chunk.cursor)
+        tokens += int(sum(int(b.n_tokens.sum()) for b in chunk.batches))
+    stream.close()
+    seconds = at[-1]
+    gaps = np.diff(at[1:]) if len(at) > 2 else np.zeros(1)
+    return {
+        "tokens": tokens, "seconds": seconds, "tokens_per_sec": tokens / seconds, "chunks": len(at),
+        "first_chunk_sec": at[0], "mean_chunk_gap_sec": float(gaps.mean()), "epoch_boundary_gap_sec": boundary,
+        "chunk_times": at, "cursors": cursors,
+    }
+
+
+def resume_costs(make: Callable[[dict | None], Any], run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Seconds to the first chunk of a stream started at cursors 0/10/50/90% into the epoch."""
+    out = []
+    n = run["chunks"]
+    for frac in (0.0, 0.1, 0.5, 0.9):
+        k = min(n - 1, int(frac * n))
+        cursor = json.loads(json.dumps(run["cursors"][k]))
+        start = time.perf_counter()
+        stream = make(cursor)
+        first = next(iter(stream))
+        seconds = time.perf_counter() - start
+        stream.close()
+        assert first.chunk_id == k
+        out.append({"fraction": frac, "chunk": k, "tokens_before": int(k * run["tokens"] / n),
+                    "cursor_json_bytes": len(json.dumps(cursor)), "resume_sec": seconds,
+                    "reread_to_reach_sec": run["chunk_times"][k] - run["chunk_times"][0]})
+    return out
+
+
+def natural_mixture(shards: list[Any], cfg: Any, tokenizer_dir: str) -> dict[str, float]:
+    """Token share of each domain in the first shard (the mixture that keeps lanes in step)."""
+    from d3ray.data.records import iter_documents
+    from d3ray.data.tokenizer import encode_texts, load_backend_tokenizer
+
+    backend, _ = load_backend_tokenizer(tokenizer_dir)
+    counts: dict[str, int] = {}
+    docs = [d for d in iter_documents(shards[0], cfg.layout, cfg.domains, cfg.max_record_bytes) if not d.is_bad]
+    for doc, ids in zip(docs, encode_texts(backend, [d.text for d in docs]), strict=True):
+        counts[doc.domain] = counts.get(doc.domain, 0) + len(ids) + 1
+    total = sum(counts.values())
+    mixture = {d: c / total for d, c in counts.items()}
+    biggest = max(mixture, key=mixture.__getitem__)
+    mixture[biggest] += 1.0 - sum(mixture.values())
+    return mixture
+
+
+def _corpus(args: argparse.Namespace, work: Path) -> tuple[list[Any], Any, str]:
+    import dataclasses
+
+    from d3ray.data.config import DataConfig, TokenizerConfig
+    from d3ray.data.sample import write_sample_corpus
+    from d3ray.data.shards import list_shards
+    from d3ray.data.tokenizer import ensure_tokenizer
+
+    cfg = DataConfig(seq_len=args.seq_len)
+    if args.quick:
+        root = work / "quick"
+        if not (root / "train").exists():
+            write_sample_corpus(root, seed=0, train_docs=300, validation_docs=7, train_shards=2)
+        paths = [str(root / "train")]
+        cfg = dataclasses.replace(cfg, tokenizer=TokenizerConfig(vocab_size=400, train_docs=200))
+    elif args.data:
+        paths = [args.data]
+    else:
+        src = Path(args.shard)
+        if not src.is_file():
+            raise SystemExit(f"no shard at {src}: pass --shard FILE, --data PATH or --quick")
+        folder = work / f"copies{args.copies}" / "train" / "chunk1"
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in range(args.copies):
+            dst = folder / f"example_train_{i}.jsonl.zst"
+            if not dst.exists():
+                shutil.copyfile(src, dst)
+        paths = [str(folder.parent)]
+    cfg = dataclasses.replace(cfg, train_paths=paths)
+    shards = list_shards(paths)
+    if args.tokenizer:
+        cfg = dataclasses.replace(cfg, tokenizer=dataclasses.replace(cfg.tokenizer, path=args.tokenizer))
+    tokenizer_dir = ensure_tokenizer(cfg, shards, work / ("quick_run" if args.quick else "run"))
+    return shards, cfg, str(tokenizer_dir)
+
+
+def run(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    import ray
+
+    from d3ray.data.stream import CorpusSource
+    from d3ray.schedule.chunker import ChunkStream
+
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the plain loop and the actors: one core each
+    os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
+    reps = 1 if args.quick else args.reps
+    work = Path(args.work_dir).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    shards, cfg, tok = _corpus(args, work)
+    mixture = natural_mixture(shards, cfg, tok)
+    owns_ray = not ray.is_initialized()
+    if owns_ray:
+        ray.init(address="local", num_cpus=max(4, os.cpu_count() or 1), include_dashboard=False, log_to_driver=False)
+
+    def maker(actors: int, mixed: bool) -> Callable[[dict | None], ChunkStream]:
+        data = dataclasses.replace(cfg, tokenize_actors=actors)
+        return lambda cursor: ChunkStream(
+            CorpusSource(shards, data, tok), args.batch_size, args.L, seed=0,
+            mixture_for_chunk=(lambda c: mixture) if mixed else None, cursor=cursor)
+
+    variants = {"stream_1": (1, False), f"stream_{args.actors}": (args.actors, False),
+                "mixed_1": (1, True), f"mixed_{args.actors}": (args.actors, True)}
+    passes: dict[str, list[dict[str, Any]]] = {k: [] for k in ["plain", *variants]}
+    try:
+        for rep in range(reps):
+            passes["plain"].append(plain_loop(shards, cfg, tok))
+            print(f"rep {rep}: plain {passes['plain'][-1]['tokens_per_sec']:,.0f} tok/s", flush=True)
+            chunks_wanted = None
+            for name, (actors, mixed) in variants.items():
+                result = stream_pass(maker(actors, mixed), chunks_wanted if mixed else None)
+                if not mixed and chunks_wanted is None:
+                    chunks_wanted = result["chunks"]  # mixed: as many chunks as the plain epoch
+                passes[name].append(result)
+                print(f"rep {rep}: {name} {result['tokens_per_sec']:,.0f} tok/s", flush=True)
+        resume = resume_costs(maker(1, False), passes["stream_1"][-1])
+        cold = statistics.median(p["first_chunk_sec"] for p in passes["stream_1"])
+    finally:
+        if owns_ray:
+            ray.shutdown()
+
+    def med(name: str, key: str) -> float:
+        values = [p[key] for p in passes[name] if p.get(key) is not None]
+        return float(statistics.median(values)) if values else float("nan")
+
+    plain_tps = med("plain", "tokens_per_sec")
+    report: dict[str, Any] = {
+        "shards": len(shards), "tokens_plain_loop": passes["plain"][-1]["tokens"], "reps": reps,
+        "seq_len": args.seq_len, "B": args.batch_size, "L": args.L, "mixture": mixture,
+        "plain_tokens_per_sec": plain_tps,
+    }
+    for name in variants:
+        report[name] = {k: med(name, k) for k in ("tokens_per_sec", "seconds", "tokens", "chunks", "first_chunk_sec",
+                                                   "mean_chunk_gap_sec", "epoch_boundary_gap_sec")}
+        report[name]["ratio_to_plain"] = report[name]["tokens_per_sec"] / plain_tps
+    for n in (1, args.actors):
+        report[f"mixed_cost_{n}"] = 1 - report[f"mixed_{n}"]["tokens_per_sec"] / report[f"stream_{n}"]["tokens_per_sec"]
+    report["resume"] = resume
+    report["cold_start_sec"] = cold
+    report["targets"] = {"stream_1.ratio_to_plain": ">= 0.9", "mixed_cost_1": "< 0.05",
+                         "epoch_boundary_gap_sec": "about mean_chunk_gap_sec, far below cold_start_sec"}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=2))
+    print(f"\n{'':14}{'tok/s':>12}{'ratio':>8}{'first s':>9}{'gap s':>8}{'epoch gap s':>12}")
+    print(f"{'plain loop':14}{plain_tps:>12,.0f}{1.0:>8.2f}")
+    for name in variants:
+        r = report[name]
+        print(f"{name:14}{r['tokens_per_sec']:>12,.0f}{r['ratio_to_plain']:>8.2f}{r['first_chunk_sec']:>9.2f}"
+              f"{r['mean_chunk_gap_sec']:>8.3f}{r['epoch_boundary_gap_sec']:>12.3f}")
+    print("mixed cost: " + ", ".join(f"{n} actor(s) {report[f'mixed_cost_{n}']:+.1%}" for n in (1, args.actors)))
+    print("resume: " + ", ".join(f"{r['fraction']:.0%} ({r['tokens_before']:,} tok) {r['resume_sec']:.2f}s "
+                                 f"[re-read {r['reread_to_reach_sec']:.1f}s]" for r in resume)
+          + f" | cold start {cold:.2f}s")
+    print(f"wrote {args.out}")
+    return 0
