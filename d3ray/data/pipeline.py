@@ -12,8 +12,9 @@
       ▼  TokenBlock (good documents, columnar) + the position of the block's first row
     SequencePacker.feed_block (d3ray.data.stream) → per-domain (T,) sequences with stable ids
 
-Ray fuses the read into the tokenizer actors (no text crosses the object store), so up to
-``tokenize_actors`` shards are read and tokenized at once; a corpus of one shard uses one actor.
+Reading runs in small Ray tasks (up to ``tokenize_actors + 1`` shards at once) and tokenizing in the
+actor pool, so that parsing overlaps with tokenizing (the text of a block crosses the object store
+once, in shared memory); a corpus of one shard keeps one actor busy.
 Ray Data's built-in ``read_json`` fails a whole read task (or drops a whole file with
 ``max_errored_blocks``) on one malformed line and loads a file whole per task (ray#46485), hence
 our own generator over :func:`~d3ray.data.records.iter_documents`. ``preserve_order`` makes the
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+_READ_CPUS = 0.25  # a read task is mostly waiting for its consumer; differs from the actors' CPUs, so no fusion
 _POSITION_COLUMNS = ("line", "offset", "frame_offset", "frame_start")
 _PASSED_COLUMNS = ("domain", "shard", *_POSITION_COLUMNS, "bad_reason", "detail")
 
@@ -138,6 +140,7 @@ def document_dataset(
     lane: str | None = None,
     unattributed_lane: str | None = None,
     tokenize_cpus: float | None = None,
+    tokenize_actors: int | None = None,
 ) -> ray.data.Dataset:
     """A lazy, order-preserving Ray Dataset of tokenized documents, one row per record.
 
@@ -153,6 +156,7 @@ def document_dataset(
         start: where to start in the first shard (default: its first line).
         lane, unattributed_lane: keep only one domain's records (see :func:`iter_documents`).
         tokenize_cpus: CPUs per tokenizer actor (default ``cfg.tokenize_cpus``).
+        tokenize_actors: tokenizer actors (default ``cfg.tokenize_actors``).
     """
     import ray.data
 
@@ -170,6 +174,10 @@ def document_dataset(
         read_shard_blocks,
         batch_size=1,
         batch_format="numpy",
+        # Reads run as their own small tasks, not fused into the tokenizer actors: parsing a shard
+        # (about 7% of its tokenizing time) then overlaps with tokenizing the one before.
+        compute=ray.data.TaskPoolStrategy(size=(tokenize_actors or cfg.tokenize_actors) + 1),
+        num_cpus=_READ_CPUS,
         fn_kwargs={
             "layout": cfg.layout,
             "domains": list(cfg.domains),
@@ -185,7 +193,7 @@ def document_dataset(
         fn_constructor_kwargs={"tokenizer_dir": str(tokenizer_dir)},
         batch_size=cfg.tokenize_batch_size,
         batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=cfg.tokenize_actors),
+        compute=ray.data.ActorPoolStrategy(size=cfg.tokenize_actors if tokenize_actors is None else tokenize_actors),
         num_cpus=cfg.tokenize_cpus if tokenize_cpus is None else tokenize_cpus,
     )
 

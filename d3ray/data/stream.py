@@ -15,6 +15,12 @@ restores the packer, packs from there and drops what was taken, so it yields exa
 the old one would have yielded next; it tokenizes again at most that one document. The :class:`ShuffleBuffer`'s state is its RNG state plus the sequences it holds
 (base64 tokens): ``shuffle_buffer`` x T x 4 bytes x 4/3 of JSON.
 
+**Per-domain lanes** (mixing) each read the whole corpus through their own Ray Data stream and
+keep only their domain's records (a byte probe skips the others' lines without parsing them), so a
+lane moves through the corpus at its own pace and seeks on its own. Records of no known domain are
+counted by the lane of ``cfg.domains[0]``. A lane gets ``max(1, tokenize_actors // len(domains))``
+actors of ``tokenize_cpus / len(domains)`` CPUs: all lanes together reserve what one plain stream does.
+
 **Epoch pre-start.** A Ray Data stream starts tokenizer actors and reads its first shard before
 its first block arrives (seconds). When a reader reaches its last shard, its lane starts the next
 epoch's reader in a background thread, so that the epoch boundary costs no more than any block.
@@ -140,9 +146,13 @@ class SequenceReader:
         try:
             source, cfg = self.source, self.source.cfg
             shard, position, _ = self._group
-            cpus = cfg.tokenize_cpus if self.lane is None else cfg.tokenize_cpus / len(cfg.domains)
-            ds = document_dataset(source.shards[shard:], cfg, source.tokenizer_dir, position, self.lane,
-                                  source.domains[0] if self.lane is not None else None, cpus)
+            if self.lane is None:
+                cpus, actors, owner = cfg.tokenize_cpus, cfg.tokenize_actors, None
+            else:  # all lanes together reserve what one plain stream does
+                n = len(cfg.domains)
+                cpus, actors, owner = cfg.tokenize_cpus / n, max(1, cfg.tokenize_actors // n), source.domains[0]
+            ds = document_dataset(source.shards[shard:], cfg, source.tokenizer_dir, position, self.lane, owner,
+                                  cpus, actors)
             self._batches = iter(ds.iter_batches(batch_size=None, batch_format="pyarrow"))
             blocks = iter_token_blocks(self._batches, source.ledger, cfg)
             self._opened = (blocks, next(blocks, None))

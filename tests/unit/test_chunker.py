@@ -3,7 +3,6 @@ mixing by domain and cursors, over an in-memory source (the Ray Data source: tes
 
 import json
 from collections import Counter
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -13,56 +12,7 @@ from d3ray.schedule.chunker import ChunkStream
 from d3ray.schedule.scheduler import random_order
 from d3ray.train.config import TrainConfig
 from d3ray.train.deepspeed_config import lr_factor
-
-
-@dataclass(frozen=True)
-class Seq:
-    tokens: np.ndarray
-    domain: str
-    sample_id: str
-    n_tokens: int
-
-
-class ListReader:
-    """One epoch of an in-memory lane; its state is the index of the next sequence."""
-
-    def __init__(self, seqs, state):
-        self.seqs, self.i = seqs, state["i"] if state else 0
-        self.near_end = False
-        self.reads = 0
-
-    def prestart(self):
-        pass
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        if self.i >= len(self.seqs):
-            raise StopIteration
-        self.i += 1
-        self.reads += 1
-        return self.seqs[self.i - 1]
-
-    def state(self):
-        return {"i": self.i}
-
-
-class ListSource:
-    """The source protocol of d3ray.data.stream.CorpusSource over in-memory sequences."""
-
-    def __init__(self, seqs, domains=("d",)):
-        self.seqs, self.domains, self.readers = seqs, list(domains), []
-
-    def reader(self, epoch, lane, state):
-        reader = ListReader([s for s in self.seqs if lane in (None, s.domain)], state)
-        self.readers.append(reader)
-        return reader
-
-
-def make_source(n: int, domains=("d",)):
-    return ListSource([Seq(np.full(4, i, dtype=np.int32), domains[i % len(domains)], f"s:{i}:0", 4)
-                       for i in range(n)], domains)
+from tests.fakes import ListSource, make_source
 
 
 def take(stream, n):

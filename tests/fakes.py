@@ -1,0 +1,56 @@
+"""In-memory stand-ins for interfaces of d3ray (never for its own logic): a sequence source with the
+protocol of ``d3ray.data.stream.CorpusSource`` over a list, for pure tests of the chunk stream."""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Seq:
+    tokens: np.ndarray
+    domain: str
+    sample_id: str
+    n_tokens: int
+
+
+class ListReader:
+    """One epoch of an in-memory lane; its state is the index of the next sequence."""
+
+    def __init__(self, seqs, state):
+        self.seqs, self.i = seqs, state["i"] if state else 0
+        self.near_end = False
+        self.reads = 0
+
+    def prestart(self):
+        pass
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.i >= len(self.seqs):
+            raise StopIteration
+        self.i += 1
+        self.reads += 1
+        return self.seqs[self.i - 1]
+
+    def state(self):
+        return {"i": self.i}
+
+
+class ListSource:
+    """The source protocol of d3ray.data.stream.CorpusSource over in-memory sequences."""
+
+    def __init__(self, seqs, domains=("d",)):
+        self.seqs, self.domains, self.readers = seqs, list(domains), []
+
+    def reader(self, epoch, lane, state):
+        reader = ListReader([s for s in self.seqs if lane in (None, s.domain)], state)
+        self.readers.append(reader)
+        return reader
+
+
+def make_source(n: int, domains=("d",)):
+    return ListSource([Seq(np.full(4, i, dtype=np.int32), domains[i % len(domains)], f"s:{i}:0", 4)
+                       for i in range(n)], domains)
