@@ -176,7 +176,7 @@ def document_dataset(
         batch_format="numpy",
         # Reads run as their own small tasks, not fused into the tokenizer actors: parsing a shard
         # (about 7% of its tokenizing time) then overlaps with tokenizing the one before.
-        compute=ray.data.TaskPoolStrategy(size=(tokenize_actors or cfg.tokenize_actors) + 1),
+        compute=ray.data.TaskPoolStrategy(size=min(len(shards), (tokenize_actors or cfg.tokenize_actors) + 1)),
         num_cpus=_READ_CPUS,
         fn_kwargs={
             "layout": cfg.layout,

@@ -22,8 +22,10 @@ counted by the lane of ``cfg.domains[0]``. A lane gets ``max(1, tokenize_actors 
 actors of ``tokenize_cpus / len(domains)`` CPUs: all lanes together reserve what one plain stream does.
 
 **Epoch pre-start.** A Ray Data stream starts tokenizer actors and reads its first shard before
-its first block arrives (seconds). When a reader reaches its last shard, its lane starts the next
-epoch's reader in a background thread, so that the epoch boundary costs no more than any block.
+its first block arrives (seconds). When a reader reaches the last quarter of its shards (at least
+the last shard), its lane starts the next epoch's reader in a background thread, so that the epoch
+boundary costs no more than any block. The pre-started stream reads ahead until Ray Data's
+backpressure stops it; its work is the next epoch's, so nothing is read twice.
 
 The bad-record ledger counts records as they are read: a resumed reader counts from its cursor
 (its first block, re-read, is counted again by a ledger restored from a later checkpoint).
@@ -126,7 +128,10 @@ class SequenceReader:
         self._skip = skip
         self._ended = shard >= n
         self._done = False
-        self.near_end = shard >= n - 1
+        # Pre-start the next epoch from the last quarter of the shards on (at least the last one): a
+        # stream needs seconds to start, and the rest of an epoch must hide them.
+        self._near_end_from = min(n - 1, (3 * n) // 4)
+        self.near_end = shard >= self._near_end_from
         self.records_read = 0  # records (good and bad) this reader took from the stream
         self._blocks: Iterator[BlockOut] | None = None
         self._batches: Any = None  # Ray Data's batch iterator under ``_blocks``
@@ -222,7 +227,7 @@ class SequenceReader:
             self._block_positions = block.documents.positions
             self._block_shards = block.documents.shards
             self._queue.extend(self._packer.feed_block(block.documents))
-            self.near_end = self.near_end or self._index[block.last_shard] >= n - 1
+            self.near_end = self.near_end or self._index[block.last_shard] >= self._near_end_from
         # Resuming inside a group: drop what the old reader handed out. The new stream may cut its
         # blocks elsewhere; the order of sequences does not depend on that, so the skip simply goes
         # on into the next group when this one makes fewer.
