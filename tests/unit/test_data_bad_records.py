@@ -169,3 +169,28 @@ def test_ledger_merge_adds_counts_and_keeps_first_lines():
 def test_shard_dict_round_trip():
     shard = Shard(uri="memory://c/x.jsonl", name="c/x.jsonl", folder="c")
     assert Shard.from_dict(shard.to_dict()) == shard
+
+
+def test_per_domain_lanes_keep_every_record_exactly_once(tmp_path):
+    """Every record (good, bad with a domain, bad without one, unknown domain, a text quoting the
+    set-name key) is kept by exactly one lane; the others skip it."""
+    rows = [
+        json.dumps({"text": "c4 text", "meta": {"redpajama_set_name": "RedPajamaC4"}}),
+        json.dumps({"text": 'quotes "redpajama_set_name": "RedPajamaBook"', "meta": {"redpajama_set_name": "RedPajamaC4"}}),
+        json.dumps({"meta": {"redpajama_set_name": "RedPajamaGithub"}}),  # missing text: GitHub's
+        "{not json",
+        json.dumps({"text": "x", "meta": {"redpajama_set_name": "RedPajamaMars"}}),  # unknown domain
+        json.dumps({"text": "gh", "meta": {"redpajama_set_name": "RedPajamaGithub"}}),
+        json.dumps({"meta": {"redpajama_set_name": "RedPajamaC4"}, "text": "meta first"}),
+    ]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    (shard,) = list_shards(str(path))
+    everything = [(d.line, d.bad_reason) for d in iter_documents(shard, "slimpajama", DOMAINS, 1 << 20)]
+    kept = {lane: [(d.line, d.bad_reason) for d in iter_documents(shard, "slimpajama", DOMAINS, 1 << 20,
+                                                                   lane=lane, unattributed_lane=DOMAINS[0])]
+            for lane in DOMAINS}
+    assert sorted(x for v in kept.values() for x in v) == sorted(everything)
+    # C4 (DOMAINS[0]) also keeps the records of no known domain
+    assert kept["RedPajamaC4"] == [(1, ""), (2, ""), (4, "malformed_json"), (5, "unknown_domain"), (7, "")]
+    assert kept["RedPajamaGithub"] == [(3, "missing_text"), (6, "")]

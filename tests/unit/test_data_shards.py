@@ -101,3 +101,30 @@ def test_list_shards_memory_filesystem_lists_and_streams():
         assert [s.name for s in list_shards(f"{bucket}/train/*/*.zst")] == ["train/chunk1/s0.jsonl.zst"]
     finally:
         fs.rm(bucket.removeprefix("memory://"), recursive=True)
+
+
+def test_iter_shard_lines_resumes_at_any_line_of_any_format_reading_only_from_its_frame(tmp_path):
+    from d3ray.data.shards import Shard, iter_shard_lines
+
+    lines = [f"line {i} ".encode() + b"x" * ((i * 37) % 900) for i in range(600)]
+    lines[5], lines[100] = b"", b"y" * 5000  # a blank line, an oversized one
+    data = b"\n".join(lines) + b"\n"
+    cuts = [0, data.index(b"\n", 20_000) + 1, data.index(b"\n", 150_000) + 1, len(data)]
+    cctx = zstandard.ZstdCompressor()
+    frames = [cctx.compress(data[a:b]) for a, b in zip(cuts, cuts[1:], strict=False)]
+    members = [__import__("gzip").compress(data[a:b]) for a, b in zip(cuts, cuts[1:], strict=False)]
+    files = {"plain.jsonl": data, "frames.jsonl.zst": b"".join(frames), "one.jsonl.zst": cctx.compress(data),
+             "members.jsonl.gz": b"".join(members)}
+    for name, blob in files.items():
+        (tmp_path / name).write_bytes(blob)
+        shard = Shard(uri=str(tmp_path / name), name=name, folder="x")
+        full = list(iter_shard_lines(shard, 4000))
+        assert [ln.data for ln in full] == [None if len(x) > 4000 else x for x in lines]
+        for k in (1, 5, 6, 100, 101, 300, 599):
+            assert list(iter_shard_lines(shard, 4000, full[k].position)) == full[k:], (name, k)
+        last = full[-1].position  # in the third frame / member: decompression starts there
+        expected = {"plain.jsonl": last.offset, "frames.jsonl.zst": len(frames[0]) + len(frames[1]),
+                    "one.jsonl.zst": 0, "members.jsonl.gz": len(members[0]) + len(members[1])}[name]
+        assert last.frame_offset == expected
+        assert last.frame_start == (last.offset if name == "plain.jsonl" else 0 if name == "one.jsonl.zst"
+                                    else cuts[2])
