@@ -33,6 +33,7 @@ The bad-record ledger counts records as they are read: a resumed reader counts f
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from collections import deque
@@ -136,7 +137,7 @@ class SequenceReader:
         self._blocks: Iterator[BlockOut] | None = None
         self._batches: Any = None  # Ray Data's batch iterator under ``_blocks``
         self._thread: threading.Thread | None = None
-        self._opened: tuple[Iterator[BlockOut], BlockOut | None] | BaseException | None = None
+        self._opened: Iterator[BlockOut] | BaseException | None = None
 
     # ---- reading -------------------------------------------------------------------------
     def prestart(self) -> None:
@@ -159,8 +160,10 @@ class SequenceReader:
             ds = document_dataset(source.shards[shard:], cfg, source.tokenizer_dir, position, self.lane, owner,
                                   cpus, actors)
             self._batches = iter(ds.iter_batches(batch_size=None, batch_format="pyarrow"))
-            blocks = iter_token_blocks(self._batches, source.ledger, cfg)
-            self._opened = (blocks, next(blocks, None))
+            first = next(self._batches, None)  # waits for the actors and the first block
+            # The ledger is filled on the consumer's thread only, as it takes each block.
+            rest = itertools.chain([] if first is None else [first], self._batches)
+            self._opened = iter_token_blocks(rest, source.ledger, cfg)
         except BaseException as err:  # handed to the consumer by _next_block
             self._opened = err
 
@@ -169,8 +172,8 @@ class SequenceReader:
         if self._thread is not None:
             self._thread.join()
             opened, self._opened = self._opened, None
-            if isinstance(opened, tuple):
-                self._blocks = opened[0]
+            if opened is not None and not isinstance(opened, BaseException):
+                self._blocks = opened
         for it in (self._blocks, self._batches):
             if it is not None and hasattr(it, "close"):
                 it.close()  # Ray Data shuts its execution (and actors) down when its iterator closes
@@ -188,8 +191,7 @@ class SequenceReader:
             if isinstance(opened, BaseException):
                 raise opened
             assert opened is not None
-            self._blocks, first = opened
-            return first
+            self._blocks = opened
         return next(self._blocks, None)
 
     def __iter__(self) -> SequenceReader:
