@@ -15,6 +15,8 @@ median over ``--reps`` alternating passes (the box is shared; alternating spread
     stream_ratio           stream tokens/s ÷ plain-loop tokens/s            (target >= 0.9, 1 actor);
                            ``steady``: without the stream's start-up (time to its first chunk)
     mixed_cost             1 − mixed tokens/s ÷ stream tokens/s             (target < 0.05)
+    tokens per CPU-second  the same ratios in CPU time (this process and the Ray processes under it,
+                           sampled with psutil): what the wall clock means on a box shared with others
     resume seconds         time to the first chunk of a stream started at the cursor of a chunk at
                            10/50/90% of the epoch, against the fresh start (flat = seeking works), and
                            what re-reading to that chunk costs (the plain pass's time to reach it)
@@ -33,6 +35,7 @@ import logging
 import os
 import shutil
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -58,6 +61,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=8, help="B")
     parser.add_argument("--L", type=int, default=8, help="chunk length")
     parser.add_argument("--quick", action="store_true", help="a small generated corpus, 1 rep")
+
+
+class CpuMeter:
+    """CPU seconds of this process and every process under it (the local Ray cluster it started:
+    raylet, actors, tasks), sampled every ``interval`` s by a thread. On a shared box the wall
+    clock measures the neighbours as much as the code; tokens per CPU-second do not. A process
+    that exits loses at most its last ``interval`` of CPU; one that starts, at most its first."""
+
+    def __init__(self, interval: float = 0.25) -> None:
+        import psutil
+
+        self._root = psutil.Process()
+        self._interval = interval
+        self._first: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-meter", daemon=True)
+
+    def _sample(self) -> None:
+        import psutil
+
+        for proc in [self._root, *self._root.children(recursive=True)]:
+            try:
+                t = proc.cpu_times()
+            except psutil.Error:
+                continue
+            self._first.setdefault(proc.pid, t.user + t.system)
+            self._last[proc.pid] = t.user + t.system
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._sample()
+
+    def __enter__(self) -> CpuMeter:
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    @property
+    def seconds(self) -> float:
+        return sum(self._last[p] - self._first[p] for p in self._last)
 
 
 def plain_loop(shards: list[Any], cfg: Any, tokenizer_dir: str) -> dict[str, float]:
@@ -91,6 +140,7 @@ def stream_pass(make: Callable[[dict | None], Any], chunks_wanted: int | None = 
     at: list[float] = []
     tokens = 0
     cursors: list[dict] = []
+    ids: list[Any] = []
     boundary = None
     for chunk in stream:
         now = time.perf_counter() - start
@@ -99,6 +149,7 @@ def stream_pass(make: Callable[[dict | None], Any], chunks_wanted: int | None = 
             break
         at.append(now)
         cursors.append(chunk.cursor)
+        ids.append([b.sample_ids for b in chunk.batches])
         tokens += int(sum(int(b.n_tokens.sum()) for b in chunk.batches))
     stream.close()
     seconds = at[-1]
@@ -108,15 +159,17 @@ def stream_pass(make: Callable[[dict | None], Any], chunks_wanted: int | None = 
         "tokens": tokens, "seconds": seconds, "tokens_per_sec": tokens / seconds, "chunks": len(at),
         "steady_tokens_per_sec": (tokens - first_tokens) / max(seconds - at[0], 1e-9),
         "first_chunk_sec": at[0], "mean_chunk_gap_sec": float(gaps.mean()), "epoch_boundary_gap_sec": boundary,
-        "chunk_times": at, "cursors": cursors,
+        "chunk_times": at, "cursors": cursors, "chunk_ids": ids,
     }
 
 
-def resume_costs(make: Callable[[dict | None], Any], run: dict[str, Any]) -> list[dict[str, Any]]:
-    """Seconds to the first chunk of a stream started at cursors 0/10/50/90% into the epoch."""
+def resume_costs(make: Callable[[dict | None], Any], run: dict[str, Any],
+                 fractions: tuple[float, ...] = (0.0, 0.1, 0.5, 0.9)) -> list[dict[str, Any]]:
+    """Seconds to the first chunk of a stream started at cursors ``fractions`` into the epoch; the
+    first chunk must be the one the cursor belongs to, with the same sample ids."""
     out = []
     n = run["chunks"]
-    for frac in (0.0, 0.1, 0.5, 0.9):
+    for frac in fractions:
         k = min(n - 1, int(frac * n))
         cursor = json.loads(json.dumps(run["cursors"][k]))
         start = time.perf_counter()
@@ -124,7 +177,8 @@ def resume_costs(make: Callable[[dict | None], Any], run: dict[str, Any]) -> lis
         first = next(iter(stream))
         seconds = time.perf_counter() - start
         stream.close()
-        assert first.chunk_id == k
+        if first.chunk_id != k or [b.sample_ids for b in first.batches] != run["chunk_ids"][k]:
+            raise RuntimeError(f"the stream resumed at chunk {k}'s cursor yields another chunk ({first.chunk_id})")
         out.append({"fraction": frac, "chunk": k, "tokens_before": int(k * run["tokens"] / n),
                     "cursor_json_bytes": len(json.dumps(cursor)), "resume_sec": seconds,
                     "reread_to_reach_sec": run["chunk_times"][k] - run["chunk_times"][0]})
@@ -199,6 +253,10 @@ def run(args: argparse.Namespace) -> int:
     work.mkdir(parents=True, exist_ok=True)
     shards, cfg, tok = _corpus(args, work)
     mixture = natural_mixture(shards, cfg, tok)
+    if args.quick:  # two lanes are enough to exercise mixing, and start faster than seven
+        top = sorted(mixture, key=mixture.__getitem__)[-2:]
+        mixture = {d: mixture[d] / sum(mixture[t] for t in top) for d in top}
+        mixture[top[-1]] = 1.0 - mixture[top[0]]
     owns_ray = not ray.is_initialized()
     if owns_ray:
         ray.init(address="local", num_cpus=max(4, os.cpu_count() or 1), include_dashboard=False, log_to_driver=False)
@@ -215,16 +273,20 @@ def run(args: argparse.Namespace) -> int:
     plain_task = ray.remote(plain_loop).options(num_cpus=1)
     try:
         for rep in range(reps):
-            passes["plain"].append(ray.get(plain_task.remote(shards, cfg, tok)))
+            with CpuMeter() as meter:
+                passes["plain"].append(ray.get(plain_task.remote(shards, cfg, tok)))
+            passes["plain"][-1]["cpu_sec"] = meter.seconds
             print(f"rep {rep}: plain {passes['plain'][-1]['tokens_per_sec']:,.0f} tok/s", flush=True)
             chunks_wanted = None
             for name, (actors, mixed) in variants.items():
-                result = stream_pass(maker(actors, mixed), chunks_wanted if mixed else None)
+                with CpuMeter() as meter:
+                    result = stream_pass(maker(actors, mixed), chunks_wanted if mixed else None)
+                result["cpu_sec"] = meter.seconds
                 if not mixed and chunks_wanted is None:
                     chunks_wanted = result["chunks"]  # mixed: as many chunks as the plain epoch
                 passes[name].append(result)
                 print(f"rep {rep}: {name} {result['tokens_per_sec']:,.0f} tok/s", flush=True)
-        resume = resume_costs(maker(1, False), passes["stream_1"][-1])
+        resume = resume_costs(maker(1, False), passes["stream_1"][-1], (0.0, 0.5) if args.quick else (0.0, 0.1, 0.5, 0.9))
         cold = statistics.median(p["first_chunk_sec"] for p in passes["stream_1"])
     finally:
         if owns_ray:
@@ -235,10 +297,11 @@ def run(args: argparse.Namespace) -> int:
         return float(statistics.median(values)) if values else float("nan")
 
     plain_tps = med("plain", "tokens_per_sec")
+    plain_tpc = statistics.median(p["tokens"] / p["cpu_sec"] for p in passes["plain"])
     report: dict[str, Any] = {
         "shards": len(shards), "tokens_plain_loop": passes["plain"][-1]["tokens"], "reps": reps,
         "seq_len": args.seq_len, "B": args.batch_size, "L": args.L, "mixture": mixture,
-        "plain_tokens_per_sec": plain_tps,
+        "plain_tokens_per_sec": plain_tps, "plain_tokens_per_cpu_sec": plain_tpc,
     }
     for name in variants:
         report[name] = {k: med(name, k) for k in ("tokens_per_sec", "steady_tokens_per_sec", "seconds", "tokens",
@@ -246,21 +309,28 @@ def run(args: argparse.Namespace) -> int:
                                                    "epoch_boundary_gap_sec")}
         report[name]["ratio_to_plain"] = report[name]["tokens_per_sec"] / plain_tps
         report[name]["steady_ratio_to_plain"] = report[name]["steady_tokens_per_sec"] / plain_tps
+        report[name]["tokens_per_cpu_sec"] = statistics.median(p["tokens"] / p["cpu_sec"] for p in passes[name])
+        report[name]["cpu_ratio_to_plain"] = report[name]["tokens_per_cpu_sec"] / plain_tpc
     for n in (1, args.actors):
         report[f"mixed_cost_{n}"] = 1 - report[f"mixed_{n}"]["tokens_per_sec"] / report[f"stream_{n}"]["tokens_per_sec"]
+        report[f"mixed_cpu_cost_{n}"] = (1 - report[f"mixed_{n}"]["tokens_per_cpu_sec"]
+                                         / report[f"stream_{n}"]["tokens_per_cpu_sec"])
     report["resume"] = resume
     report["cold_start_sec"] = cold
     report["targets"] = {"stream_1.ratio_to_plain": ">= 0.9", "mixed_cost_1": "< 0.05",
                          "epoch_boundary_gap_sec": "about mean_chunk_gap_sec, far below cold_start_sec"}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
-    print(f"\n{'':14}{'tok/s':>12}{'ratio':>8}{'steady':>8}{'first s':>9}{'gap s':>8}{'epoch gap s':>12}")
-    print(f"{'plain loop':14}{plain_tps:>12,.0f}{1.0:>8.2f}")
+    print(f"\n{'':14}{'tok/s':>12}{'ratio':>8}{'steady':>8}{'tok/cpu-s':>11}{'ratio':>7}{'first s':>9}"
+          f"{'gap s':>8}{'epoch gap s':>12}")
+    print(f"{'plain loop':14}{plain_tps:>12,.0f}{1.0:>8.2f}{'':>8}{plain_tpc:>11,.0f}{1.0:>7.2f}")
     for name in variants:
         r = report[name]
         print(f"{name:14}{r['tokens_per_sec']:>12,.0f}{r['ratio_to_plain']:>8.2f}{r['steady_ratio_to_plain']:>8.2f}"
-              f"{r['first_chunk_sec']:>9.2f}{r['mean_chunk_gap_sec']:>8.3f}{r['epoch_boundary_gap_sec']:>12.3f}")
-    print("mixed cost: " + ", ".join(f"{n} actor(s) {report[f'mixed_cost_{n}']:+.1%}" for n in (1, args.actors)))
+              f"{r['tokens_per_cpu_sec']:>11,.0f}{r['cpu_ratio_to_plain']:>7.2f}{r['first_chunk_sec']:>9.2f}"
+              f"{r['mean_chunk_gap_sec']:>8.3f}{r['epoch_boundary_gap_sec']:>12.3f}")
+    print("mixed cost: " + ", ".join(f"{n} actor(s) {report[f'mixed_cost_{n}']:+.1%} wall, "
+                                     f"{report[f'mixed_cpu_cost_{n}']:+.1%} CPU" for n in (1, args.actors)))
     print("resume: " + ", ".join(f"{r['fraction']:.0%} ({r['tokens_before']:,} tok) {r['resume_sec']:.2f}s "
                                  f"[re-read {r['reread_to_reach_sec']:.1f}s]" for r in resume)
           + f" | cold start {cold:.2f}s")

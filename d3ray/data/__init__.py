@@ -11,15 +11,17 @@ import importlib
 from typing import Any
 
 from d3ray.data.config import DEFAULT_DOMAINS, DataConfig, TokenizerConfig, canonical_domain
+from d3ray.data.mixture import draw_domains, require_mixable, validate_mixture
 from d3ray.data.packing import PackedSequence, SequencePacker, TokenizedDocument, parse_sample_id
 from d3ray.data.records import BAD_REASONS, BadRecordFractionError, BadRecordLedger, Document, iter_documents
 from d3ray.data.report import CorpusReport, inspect
 from d3ray.data.sample import write_sample_corpus
-from d3ray.data.shards import Shard, list_shards
+from d3ray.data.shards import Shard, ShardPosition, list_shards
 
 _LAZY = {
     "document_dataset": "d3ray.data.pipeline",
     "iter_packed_sequences": "d3ray.data.pipeline",
+    "CorpusSource": "d3ray.data.stream",
     "ensure_tokenizer": "d3ray.data.tokenizer",
     "load_tokenizer": "d3ray.data.tokenizer",
     "train_tokenizer": "d3ray.data.tokenizer",
@@ -38,13 +40,17 @@ __all__ = [
     "PackedSequence",
     "SequencePacker",
     "Shard",
+    "ShardPosition",
     "TokenizedDocument",
     "TokenizerConfig",
     "canonical_domain",
+    "draw_domains",
     "inspect",
     "iter_documents",
     "list_shards",
     "parse_sample_id",
+    "require_mixable",
+    "validate_mixture",
     "write_sample_corpus",
     *_LAZY,
 ]
