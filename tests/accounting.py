@@ -9,7 +9,7 @@ import yaml
 
 from d3ray.config import RunConfig
 from d3ray.config_loading import from_dict
-from d3ray.train.metrics import read_jsonl
+from d3ray.run_files import read_jsonl
 
 
 def assert_exactly_once_in_logged_order(run_dir: Path, chunks: list, steps: int, chunk_len: int) -> dict:

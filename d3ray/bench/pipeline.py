@@ -68,7 +68,7 @@ def step_seconds_by_position(metrics: list[dict[str, Any]], L: int) -> list[floa
 
 
 def _summarise(run_dir: Path, final: dict[str, Any], L: int) -> dict[str, Any]:
-    from d3ray.train.metrics import read_jsonl
+    from d3ray.run_files import read_jsonl
 
     schedule = read_jsonl(run_dir / "schedule_log.jsonl")
     waits = np.array([r.get("trainer_wait_sec", 0.0) for r in schedule])
@@ -103,9 +103,10 @@ def _summarise(run_dir: Path, final: dict[str, Any], L: int) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from d3ray.cluster import start_ray, worker_env
     from d3ray.config import RunConfig
     from d3ray.config_loading import load_config
-    from d3ray.train.run import run_pretrain, start_ray, worker_env
+    from d3ray.train.run import run_pretrain
 
     steps, L = (16, 4) if args.quick else (args.steps, args.L)
     work = Path(args.work_dir).resolve()

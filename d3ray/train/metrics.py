@@ -19,19 +19,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+from d3ray.run_files import read_jsonl
+
 logger = logging.getLogger(__name__)
 
 STEP_FIELDS = ["step", "chunk_id", "train/loss", "train/lr", "train/grad_norm", "data/tokens",
                "data/tokens_per_sec", "time/step_sec", "time/wait_sec"]
-
-
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """All rows of a JSONL file ([] if absent)."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    with open(path) as fh:
-        return [json.loads(line) for line in fh if line.strip()]
 
 
 def rollback_jsonl(path: Path, keep: Any) -> None:

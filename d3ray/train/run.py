@@ -21,7 +21,8 @@ from typing import Any
 
 import yaml
 
-from d3ray.config import RayClusterConfig, RunConfig
+from d3ray.cluster import start_ray, worker_env
+from d3ray.config import RunConfig
 from d3ray.config_loading import to_dict
 from d3ray.data.config import DataConfig
 from d3ray.schedule.chunker import ChunkStream
@@ -39,34 +40,6 @@ class PreparedData:
     tokenizer_dir: Path
     vocab_size: int
     eos_id: int
-
-
-def worker_env(cfg: RunConfig) -> dict[str, str]:
-    """Environment for Ray Train workers and actors (DeepSpeed on CPU, quiet Ray Data)."""
-    env = {
-        "RAY_DATA_DISABLE_PROGRESS_BARS": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": str(cfg.ray.health_check_interval_s),
-        "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",  # progress lines are printed once, not print + log
-    }
-    if not cfg.train.use_gpu:
-        env["DS_ACCELERATOR"] = "cpu"
-    return env
-
-
-def start_ray(ray_cfg: RayClusterConfig, env: dict[str, str]) -> bool:
-    """Connect to or start Ray; returns True if this call started it (so the caller shuts it down)."""
-    import ray
-
-    os.environ.update(env)  # a local instance's raylet (and so every actor) inherits these
-    if ray.is_initialized():
-        return False
-    if ray_cfg.address not in (None, "local"):
-        ray.init(address=ray_cfg.address)
-        return True
-    num_cpus = ray_cfg.num_cpus or max(4, os.cpu_count() or 1)
-    ray.init(num_cpus=num_cpus, log_to_driver=True)
-    return True
 
 
 def prepare_data(cfg: RunConfig) -> PreparedData:

@@ -14,7 +14,7 @@ import pytest
 
 from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
-from d3ray.train.metrics import read_jsonl
+from d3ray.run_files import read_jsonl
 from tests.accounting import assert_exactly_once_in_logged_order, produce_chunks
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
