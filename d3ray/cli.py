@@ -10,6 +10,10 @@
 Each stage package owns its sub-commands in a ``command.py`` whose ``register(subparsers)``
 adds a parser with ``func=handler``; handlers import heavy modules (torch, ray) lazily so that
 ``d3ray --help`` stays instant. This is the only module that configures logging.
+
+A :class:`~d3ray.errors.UserError` (a bad config key or value, a missing path, data over its
+bad-record limit) prints as ``d3ray COMMAND: error: ...`` and exits 2; ``--debug`` (anywhere on the
+line) shows its traceback too. Any other exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -33,15 +37,10 @@ COMMAND_MODULES = (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="d3ray", description=__doc__.split("\n\n")[0])
     parser.add_argument("--log-level", default="INFO", help="Python logging level (default INFO)")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of user errors too")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as err:
-            if err.name == name:  # that stage has no commands yet
-                continue
-            raise
-        module.register(sub)
+        importlib.import_module(name).register(sub)
     return parser
 
 
@@ -54,13 +53,24 @@ def configure_logging(level: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from d3ray.errors import UserError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and not getattr(args, "accepts_overrides", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.overrides = extra
     configure_logging(args.log_level)
-    result = args.func(args)
+    try:
+        result = args.func(args)
+    except UserError as err:
+        if debug:
+            raise
+        print(f"d3ray {args.command}: error: {err}\n(add --debug for the traceback)", file=sys.stderr)
+        return 2
     return int(result or 0)
 
 

@@ -183,8 +183,10 @@ class ScheduleCoordinator:
                 out["data_quality"] = {**ledger.to_dict(), "bad_by_reason": ledger.bad_by_reason()}
         return out
 
-    def ping(self) -> bool:
-        return True
+    def error(self) -> BaseException | None:
+        """The exception that stopped the chunk producer, if any (the driver re-raises a user error)."""
+        with self._cond:
+            return self._error
 
     # ---- producer -------------------------------------------------------------------------
     def _decide(self, slot: _Slot) -> ChunkDecision:

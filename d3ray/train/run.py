@@ -25,6 +25,7 @@ from d3ray.cluster import start_ray, worker_env
 from d3ray.config import RunConfig
 from d3ray.config_loading import to_dict
 from d3ray.data.config import DataConfig
+from d3ray.errors import UserError
 from d3ray.schedule.chunker import ChunkStream
 
 logger = logging.getLogger(__name__)
@@ -118,16 +119,17 @@ def run_pretrain(cfg: RunConfig, scheduler_resources: dict[str, Any] | None = No
     started = time.perf_counter()
     # Workers run in other directories: hand them an absolute run directory.
     cfg = dataclasses.replace(cfg, output_dir=str(cfg.run_dir.parent))
+    run_dir = cfg.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    logger.info("run %s in %s\n%s", cfg.name, run_dir, yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    # Data first: a wrong path or a bad corpus is reported before Ray starts.
+    prepared = prepare_data(cfg)
+    model_config = model_config_dict(cfg.model, prepared.vocab_size, prepared.data.seq_len, prepared.eos_id)
+    eval_sets = load_eval_sets(cfg, prepared)
     env = worker_env(cfg)
     owns_ray = start_ray(cfg.ray, env)
     try:
-        run_dir = cfg.run_dir
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-        logger.info("run %s in %s\n%s", cfg.name, run_dir, yaml.safe_dump(to_dict(cfg), sort_keys=False))
-        prepared = prepare_data(cfg)
-        model_config = model_config_dict(cfg.model, prepared.vocab_size, prepared.data.seq_len, prepared.eos_id)
-        eval_sets = load_eval_sets(cfg, prepared)
         resources = dict(scheduler_resources or {})
         resources.update(model_config=model_config, run_config=cfg)
         scheduler = build_scheduler(cfg.schedule, cfg.seed, **resources)
@@ -163,7 +165,13 @@ def run_pretrain(cfg: RunConfig, scheduler_resources: dict[str, Any] | None = No
                 callbacks=list(callbacks or []),
             ),
         )
-        result = trainer.fit()
+        try:
+            result = trainer.fit()
+        except Exception:
+            cause = ray.get(coordinator.error.remote())
+            if isinstance(cause, UserError):  # e.g. too many bad records: say that, not a Ray traceback
+                raise cause from None
+            raise
         write_placement(run_dir, coordinator, scheduler)
         final = dict(result.return_value or {})
         report = ray.get(coordinator.report.remote())
