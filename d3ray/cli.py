@@ -1,6 +1,7 @@
 """The ``d3ray`` command line: one sub-command per user task.
 
     d3ray pretrain [--config FILE.yaml] [--train.steps=200 ...]
+    d3ray schedulers
     d3ray sweep --config tune_configs/k_L_gamma.yaml
     d3ray solve MATRIX_FILE [--solver NAME] [--time-budget S] [--seed N]
     d3ray data sample --out DIR | d3ray data inspect PATH
@@ -26,6 +27,7 @@ import sys
 # Modules that contribute sub-commands, in help order. A module may register several.
 COMMAND_MODULES = (
     "d3ray.train.command",
+    "d3ray.schedule.command",
     "d3ray.tune.command",
     "d3ray.solver.command",
     "d3ray.data.command",
@@ -36,7 +38,8 @@ COMMAND_MODULES = (
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="d3ray", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--log-level", default="INFO", help="Python logging level (default INFO)")
+    parser.add_argument("--log-level", default="WARNING",
+                        help="console logging level (default WARNING; runs log INFO to <run_dir>/logs/)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of user errors too")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
@@ -45,11 +48,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-    )
+    """Console handler at ``level``; the root logger at INFO so that run log files get INFO too."""
+    handler = logging.StreamHandler()
+    handler.setLevel(getattr(logging, level.upper(), logging.WARNING))
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(min(handler.level, logging.INFO))
 
 
 def main(argv: list[str] | None = None) -> int:
