@@ -15,7 +15,7 @@ import pytest
 
 from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
-from d3ray.train.metrics import read_jsonl
+from d3ray.run_files import read_jsonl
 from d3ray.tune.config import SweepConfig
 from tests.conftest import REPO
 
