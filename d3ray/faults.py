@@ -6,8 +6,12 @@ under ``<run_dir>/.faults/`` survives the process it kills, so the restarted pro
     {"trainer_exit_at_step": 10,       trainer rank 0 exits (os._exit) before training this step
      "influence_exit_at_chunk": 2,     influence actor 0 exits when asked to score this chunk
      "solver_exit_at_chunk": 1,        the solver actor exits when asked to order this chunk
-     "influence_nan_batches": [5]}     these global batch ids reach the influence actors with every
+     "influence_nan_batches": [5],     these global batch ids reach the influence actors with every
                                        label masked, so their loss is NaN (as a corrupt batch's would be)
+     "influence_hold_at_chunk": 2}     influence actor 0 holds (once) while scoring this chunk, until
+                                       the file release_influence_hold_2 appears under .faults/; the
+                                       marker influence_hold_at_chunk_2 says it is holding (so that a
+                                       drill can remove its node at a known point)
 
 The tests drive every recovery path through it (``tests/integration/test_d3_pipeline.py``), and an
 operator can run the same drills on a real cluster. Nothing else in d3ray kills a process on purpose.
@@ -18,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +39,7 @@ class FaultPlan:
     influence_exit_at_chunk: int | None = None
     solver_exit_at_chunk: int | None = None
     influence_nan_batches: list[int] = field(default_factory=list)
+    influence_hold_at_chunk: int | None = None
 
 
 def load_plan(run_dir: str | Path | None) -> FaultPlan:
@@ -72,3 +78,15 @@ def exit_once(run_dir: str | Path, name: str, what: str) -> None:
     path.touch()
     logger.warning("fault drill %s: %s", name, what)
     os._exit(1)
+
+
+def hold_once(run_dir: str | Path, name: str, release: str, what: str, poll_s: float = 0.05) -> None:
+    """Block until ``.faults/<release>`` exists, unless drill ``name`` already fired (then return at once)."""
+    path = marker(run_dir, name)
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch()
+    logger.warning("fault drill %s: %s", name, what)
+    while not marker(run_dir, release).exists():
+        time.sleep(poll_s)

@@ -31,13 +31,14 @@ def assert_exactly_once_in_logged_order(run_dir: Path, chunks: list, steps: int,
 
 
 def produce_chunks(cfg: RunConfig, steps: int) -> list[list[tuple[str, ...]]]:
-    """The sample ids of the chunks the coordinator produces for ``cfg`` (enough for ``steps``),
-    read independently of any run through the same stream builder (needs Ray)."""
+    """The sample ids of the chunks (candidate windows) the coordinator produces for ``cfg`` (enough
+    for ``steps``), read independently of any run through the same stream builder (needs Ray)."""
     from d3ray.data.shards import list_shards
     from d3ray.schedule.stream import build_chunk_stream
 
     stream = build_chunk_stream(list_shards(cfg.data.train_paths), cfg.data, cfg.data.tokenizer.path,
-                                cfg.train.global_batch_size, cfg.schedule.L, cfg.schedule.shuffle_buffer, cfg.seed)
+                                cfg.train.global_batch_size, cfg.schedule.window_batches(), cfg.schedule.shuffle_buffer,
+                                cfg.seed)
     chunks: list[list[tuple[str, ...]]] = []
     for chunk in stream:
         chunks.append([b.sample_ids for b in chunk.batches])

@@ -62,9 +62,14 @@ class ChunkInfluenceWorker(InfluenceWorker):
         self.plan = faults.load_plan(run_dir) if index == 0 else faults.FaultPlan()
 
     def _maybe_crash(self, chunk_id: int) -> None:
-        if self.plan.influence_exit_at_chunk == chunk_id and self.run_dir is not None:
+        if self.run_dir is None:
+            return
+        if self.plan.influence_exit_at_chunk == chunk_id:
             faults.exit_once(self.run_dir, f"influence_exit_at_chunk_{chunk_id}",
                              f"influence actor exits while scoring chunk {chunk_id}")
+        if self.plan.influence_hold_at_chunk == chunk_id:
+            faults.hold_once(self.run_dir, f"influence_hold_at_chunk_{chunk_id}", f"release_influence_hold_{chunk_id}",
+                             f"influence actor holds while scoring chunk {chunk_id}")
 
     def _as_inputs(self, batch_refs: list, batch_ids: list[int]) -> list[dict[str, np.ndarray]]:
         import ray
