@@ -121,8 +121,12 @@ def start_scorer(ctx: Any, reference: str | None, num_cpus: float, num_gpus: flo
     """A ScoringWorker actor for a scheduler (restarted on a crash; its calls are retried)."""
     import ray
 
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    # Own resources, never a Tune trial's placement group (which holds only its driver).
     opts: dict[str, Any] = {"num_cpus": num_cpus, "max_restarts": 2, "max_task_retries": 2,
-                            "name": f"d3ray:{ctx.run_name}:{name}"}
+                            "name": f"d3ray:{ctx.run_name}:{name}",
+                            "scheduling_strategy": PlacementGroupSchedulingStrategy(placement_group=None)}
     if num_gpus:
         opts["num_gpus"] = num_gpus
     return ray.remote(ScoringWorker).options(**opts).remote(ctx.model_config, ctx.model, reference,

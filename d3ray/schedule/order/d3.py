@@ -154,8 +154,12 @@ class D3Scheduler:
 
         self.cfg = cfg
         self.seed = ctx.seed
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        # Own resources, never a Tune trial's placement group (which holds only its driver).
         opts: dict[str, Any] = dict(num_cpus=cfg.influence_num_cpus, max_restarts=cfg.influence_max_restarts,
-                                    max_task_retries=cfg.influence_max_restarts)
+                                    max_task_retries=cfg.influence_max_restarts,
+                                    scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=None))
         if cfg.influence_num_gpus:
             opts["num_gpus"] = cfg.influence_num_gpus
         if cfg.influence_resources:
