@@ -16,6 +16,7 @@ from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
 from d3ray.faults import FaultPlan, marker, write_plan
 from tests.accounting import assert_exactly_once_in_logged_order, produce_chunks
+from tests.conftest import make_corpus
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -26,15 +27,9 @@ def test_multinode_actors_follow_resources_and_node_loss_keeps_exactly_once(tmp_
     import ray
     from ray.cluster_utils import Cluster
 
-    from d3ray.data.config import DataConfig
-    from d3ray.data.sample import write_sample_corpus
-    from d3ray.data.shards import list_shards
-    from d3ray.data.tokenizer import ensure_tokenizer
     from d3ray.train.run import run_pretrain
 
-    write_sample_corpus(tmp_path / "data", seed=3, train_docs=300, validation_docs=70, train_shards=2)
-    data = DataConfig(train_paths=[str(tmp_path / "data" / "train")], seq_len=64)
-    tokenizer = ensure_tokenizer(data, list_shards(data.train_paths), tmp_path)
+    _, tokenizer = make_corpus(tmp_path, seed=3, train_docs=300, validation_docs=70, train_shards=2)
 
     ray.shutdown()  # this test brings its own cluster; the next Ray test restarts the shared one
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 3, "resources": {"trainer_node": 2}})

@@ -16,6 +16,7 @@ from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
 from d3ray.faults import FaultPlan, write_plan
 from d3ray.run_files import read_jsonl
+from tests.conftest import make_corpus
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -25,16 +26,7 @@ STEPS = 24
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """A generated SlimPajama-format corpus and a tokenizer trained on it, shared by both runs."""
-    from d3ray.data.config import DataConfig
-    from d3ray.data.sample import write_sample_corpus
-    from d3ray.data.shards import list_shards
-    from d3ray.data.tokenizer import ensure_tokenizer
-
-    root = tmp_path_factory.mktemp("corpus")
-    write_sample_corpus(root / "data", seed=1, train_docs=700, validation_docs=70, train_shards=3)
-    data = DataConfig(train_paths=[str(root / "data" / "train")], seq_len=64)
-    tokenizer = ensure_tokenizer(data, list_shards(data.train_paths), root)
-    return root / "data", tokenizer
+    return make_corpus(tmp_path_factory.mktemp("corpus"), seed=1, train_docs=700, validation_docs=70, train_shards=3)
 
 
 def run_config(corpus, out, name, *extra):

@@ -23,6 +23,7 @@ from d3ray.schedule.chunker import ChunkStream
 from d3ray.schedule.config import ScheduleConfig
 from d3ray.schedule.scheduler import BuildContext, ChunkFeedback
 from tests.accounting import assert_every_sample_accounted, produce_chunks
+from tests.conftest import make_corpus
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -34,15 +35,8 @@ STEPS, L, B, T = 4, 2, 4, 32
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    from d3ray.data.config import DataConfig
-    from d3ray.data.sample import write_sample_corpus
-    from d3ray.data.shards import list_shards
-    from d3ray.data.tokenizer import ensure_tokenizer
-
-    root = tmp_path_factory.mktemp("contract")
-    write_sample_corpus(root / "data", seed=3, train_docs=120, validation_docs=14, train_shards=1)
-    data = DataConfig(train_paths=[str(root / "data" / "train")], seq_len=T)
-    return root / "data", ensure_tokenizer(data, list_shards(data.train_paths), root)
+    return make_corpus(tmp_path_factory.mktemp("contract"), seed=3, train_docs=120, validation_docs=14,
+                       train_shards=1, seq_len=T)
 
 
 def run_config(corpus, out, name: str, scheduler: str) -> RunConfig:
