@@ -120,7 +120,6 @@ class ScoringWorker:
 def start_scorer(ctx: Any, reference: str | None, num_cpus: float, num_gpus: float, name: str) -> Any:
     """A ScoringWorker actor for a scheduler (restarted on a crash; its calls are retried)."""
     import ray
-
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     # Own resources, never a Tune trial's placement group (which holds only its driver).
