@@ -32,8 +32,10 @@ echo "== 2/3 influence benchmark"
 d3ray bench influence --quick --out "$OUT/influence.json"
 
 echo "== 3/3 pipeline benchmark (D3 vs random order)"
-d3ray bench pipeline --out "$OUT/pipeline.json" --work-dir "$OUT/pipeline" --steps 48 --L 8 --k 3500 \
-  --sample-fraction 0.25 --param-filter "." --influence-nice 0 "${GPU_D3[@]/#/--d3=}" "${GPU_TRAIN[@]}" "${DATA_ARGS[@]/#--/}"
+d3ray bench pipeline --scheduler d3 --out "$OUT/pipeline.json" --work-dir "$OUT/pipeline" --steps 48 --L 8 \
+  --set=schedule.influence.sketch.k=3500 --set=schedule.influence.sample_fraction=0.25 \
+  --set=schedule.influence.param_filter=. --set=schedule.influence_nice=0 "${GPU_D3[@]/#/--set=}" \
+  "${GPU_TRAIN[@]}" "${DATA_ARGS[@]/#--/}"
 
 python - "$OUT" <<'PY'
 import json, sys, pathlib

@@ -1,6 +1,7 @@
 """The ``d3ray`` command line: one sub-command per user task.
 
     d3ray pretrain [--config FILE.yaml] [--train.steps=200 ...]
+    d3ray schedulers
     d3ray sweep --config tune_configs/k_L_gamma.yaml
     d3ray solve MATRIX_FILE [--solver NAME] [--time-budget S] [--seed N]
     d3ray data sample --out DIR | d3ray data inspect PATH
@@ -10,6 +11,10 @@
 Each stage package owns its sub-commands in a ``command.py`` whose ``register(subparsers)``
 adds a parser with ``func=handler``; handlers import heavy modules (torch, ray) lazily so that
 ``d3ray --help`` stays instant. This is the only module that configures logging.
+
+A :class:`~d3ray.errors.UserError` (a bad config key or value, a missing path, data over its
+bad-record limit) prints as ``d3ray COMMAND: error: ...`` and exits 2; ``--debug`` (anywhere on the
+line) shows its traceback too. Any other exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import sys
 # Modules that contribute sub-commands, in help order. A module may register several.
 COMMAND_MODULES = (
     "d3ray.train.command",
+    "d3ray.schedule.command",
     "d3ray.tune.command",
     "d3ray.solver.command",
     "d3ray.data.command",
@@ -32,35 +38,44 @@ COMMAND_MODULES = (
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="d3ray", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--log-level", default="INFO", help="Python logging level (default INFO)")
+    parser.add_argument("--log-level", default="WARNING",
+                        help="console logging level (default WARNING; runs log INFO to <run_dir>/logs/)")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of user errors too")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as err:
-            if err.name == name:  # that stage has no commands yet
-                continue
-            raise
-        module.register(sub)
+        importlib.import_module(name).register(sub)
     return parser
 
 
 def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-    )
+    """Console handler at ``level``; the root logger at INFO so that run log files get INFO too."""
+    handler = logging.StreamHandler()
+    handler.setLevel(getattr(logging, level.upper(), logging.WARNING))
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(min(handler.level, logging.INFO))
 
 
 def main(argv: list[str] | None = None) -> int:
+    from d3ray.errors import UserError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and not getattr(args, "accepts_overrides", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.overrides = extra
     configure_logging(args.log_level)
-    result = args.func(args)
+    try:
+        result = args.func(args)
+    except UserError as err:
+        if debug:
+            raise
+        print(f"d3ray {args.command}: error: {err}\n(add --debug for the traceback)", file=sys.stderr)
+        return 2
     return int(result or 0)
 
 

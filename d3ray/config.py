@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from d3ray.data.config import DataConfig
-from d3ray.schedule.config import RandomScheduleConfig, ScheduleConfig
+from d3ray.influence.config import InfluenceConfig, SjltSketchConfig
+from d3ray.schedule.config import ScheduleConfig
+from d3ray.schedule.order.configs import D3ScheduleConfig
 from d3ray.train.config import EvalConfig, ModelConfig, TrainConfig
 
 
@@ -25,6 +27,15 @@ class RayClusterConfig:
     Data, the coordinator and two trainers fit on a 2-core laptop)."""
     health_check_interval_s: float = 0.2
     """Ray Train controller poll interval; each ``report`` costs about this (RAY_NOTES section 1)."""
+
+
+#: The no-argument run shows the product: D3 on the tiny model, with cheap influence knobs (a
+#: 256-dim sketch of one MLP block and the final norm, an eighth of each batch's sequences) and the
+#: influence actor at background priority so that the trainers keep the cores.
+FIRST_RUN_SCHEDULE = D3ScheduleConfig(
+    influence=InfluenceConfig(sketch=SjltSketchConfig(k=256), sample_fraction=0.125, param_filter=r"ln_f|h\.1\.mlp"),
+    influence_nice=19,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,7 +56,9 @@ class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
-    schedule: ScheduleConfig = field(default_factory=RandomScheduleConfig)
+    schedule: ScheduleConfig = field(default_factory=lambda: FIRST_RUN_SCHEDULE)
+    """The data scheduler. The default is D3 with the knobs that keep up with two trainers on a
+    2-core laptop (``d3ray bench pipeline``); ``--schedule.type=random`` is the baseline."""
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:

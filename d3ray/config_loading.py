@@ -19,12 +19,13 @@ from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import yaml
 
+from d3ray.errors import UserError
 from d3ray.registry import ChoiceConfig
 
 C = TypeVar("C")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config value or key is wrong; the message names the key path."""
 
 

@@ -24,6 +24,21 @@ def shared_data(*parts: str) -> Path:
     return path
 
 
+def make_corpus(root: Path, seed: int, train_docs: int, validation_docs: int, train_shards: int,
+                seq_len: int = 64) -> tuple[Path, Path]:
+    """A generated SlimPajama-format corpus under ``root/data`` and a BPE tokenizer trained on it once
+    (the runs that share it skip their own tokenizer training): (data dir, tokenizer dir)."""
+    from d3ray.data.config import DataConfig
+    from d3ray.data.sample import write_sample_corpus
+    from d3ray.data.shards import list_shards
+    from d3ray.data.tokenizer import ensure_tokenizer
+
+    write_sample_corpus(root / "data", seed=seed, train_docs=train_docs, validation_docs=validation_docs,
+                        train_shards=train_shards)
+    data = DataConfig(train_paths=[str(root / "data" / "train")], seq_len=seq_len)
+    return root / "data", ensure_tokenizer(data, list_shards(data.train_paths), root)
+
+
 def start_local_ray():
     """A real local Ray instance (4 logical CPUs on any box), started once and shared by the Ray
     tests of the session; a test that needs its own cluster shuts it down and the next one restarts it."""

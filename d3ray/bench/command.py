@@ -18,12 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("bench", help="benchmarks (JSON out, ratios against a baseline)")
     sub = parser.add_subparsers(dest="bench", required=True, metavar="BENCH")
     for name, help_text in BENCHMARKS.items():
-        try:
-            module = importlib.import_module(f"d3ray.bench.{name}")
-        except ModuleNotFoundError as err:
-            if err.name == f"d3ray.bench.{name}":
-                continue
-            raise
+        module = importlib.import_module(f"d3ray.bench.{name}")
         bench = sub.add_parser(name, help=help_text)
         module.add_arguments(bench)
         bench.set_defaults(func=module.run)

@@ -28,6 +28,7 @@ from typing import Any
 
 from d3ray.data.config import DEFAULT_MAX_RECORD_BYTES, canonical_domain
 from d3ray.data.shards import Shard, ShardPosition, TruncatedStreamError, iter_shard_lines
+from d3ray.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -195,7 +196,7 @@ def _bad(shard: Shard, line_no: int, reason: str, detail: str, domain: str = "")
     return Document(text="", domain=domain, shard=shard.name, line=line_no, bad_reason=reason, detail=detail)
 
 
-class BadRecordFractionError(RuntimeError):
+class BadRecordFractionError(UserError, RuntimeError):
     """Too large a fraction of the records read are bad; the message names the worst shard."""
 
 

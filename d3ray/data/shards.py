@@ -27,6 +27,8 @@ import fsspec
 import zstandard
 from fsspec.implementations.local import LocalFileSystem
 
+from d3ray.errors import DataPathError
+
 logger = logging.getLogger(__name__)
 
 SHARD_SUFFIXES = (".jsonl", ".jsonl.zst", ".jsonl.gz")
@@ -117,10 +119,10 @@ def _list_one(path: str) -> list[Shard]:
         base = posixpath.dirname(root)
         found = [root]
     else:
-        raise FileNotFoundError(f"no such file or folder: {path!r}")
+        raise DataPathError(f"no such file or folder: {path!r}")
     matches = sorted(p for p in found if p.endswith(SHARD_SUFFIXES))
     if not matches:
-        raise FileNotFoundError(
+        raise DataPathError(
             f"{path!r} matches no shard file ({', '.join(SHARD_SUFFIXES)}); it matched {len(found)} other file(s)"
         )
     anchor = posixpath.dirname(base.rstrip("/"))

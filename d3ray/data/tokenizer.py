@@ -26,6 +26,7 @@ import numpy as np
 from d3ray.data.config import DataConfig
 from d3ray.data.records import iter_documents
 from d3ray.data.shards import Shard
+from d3ray.errors import DataPathError
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -127,7 +128,7 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     if not Path(path).is_dir():
-        raise FileNotFoundError(f"tokenizer directory not found: {path}")
+        raise DataPathError(f"tokenizer directory not found: {path}")
     tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     if not isinstance(tok, PreTrainedTokenizerFast):
         raise ValueError(f"{path}: {type(tok).__name__} is not a fast (tokenizers-backed) tokenizer")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from d3ray.train.metrics import read_jsonl
+from d3ray.run_files import read_jsonl
 
 logger = logging.getLogger(__name__)
 

@@ -52,22 +52,49 @@ class GlobalBatch:
         n_tokens: (B,) valid tokens per row (< T only for a padded stream tail).
         sample_ids: B stable ids "<epoch>/<shard>:<line>:<offset>" (the domain's epoch when mixing).
         domains: B domain labels.
+        loss_mask: (B, T) bool, True where a token is a loss target (SFT: the response); None = all.
     """
 
     input_ids: np.ndarray
     n_tokens: np.ndarray
     sample_ids: tuple[str, ...]
     domains: tuple[str, ...]
+    loss_mask: np.ndarray | None = None
+
+    def rows(self, rows: list[int] | np.ndarray) -> GlobalBatch:
+        """A batch of some of this batch's rows (in the given order)."""
+        idx = np.asarray(rows, dtype=np.int64)
+        return GlobalBatch(
+            input_ids=self.input_ids[idx], n_tokens=self.n_tokens[idx],
+            sample_ids=tuple(self.sample_ids[i] for i in idx), domains=tuple(self.domains[i] for i in idx),
+            loss_mask=None if self.loss_mask is None else self.loss_mask[idx],
+        )
+
+
+def concat_batches(parts: list[GlobalBatch]) -> GlobalBatch:
+    """One batch of the rows of ``parts``, in order."""
+    masks = [p.loss_mask for p in parts]
+    return GlobalBatch(
+        input_ids=np.concatenate([p.input_ids for p in parts]),
+        n_tokens=np.concatenate([p.n_tokens for p in parts]),
+        sample_ids=tuple(s for p in parts for s in p.sample_ids),
+        domains=tuple(d for p in parts for d in p.domains),
+        loss_mask=None if all(m is None for m in masks) else np.concatenate([
+            m if m is not None else np.ones_like(p.input_ids, dtype=bool) for p, m in zip(parts, masks, strict=True)]),
+    )
 
 
 @dataclass(frozen=True)
 class Chunk:
-    """L consecutive global batches with a run-wide id.
+    """Up to ``capacity`` consecutive global batches with a run-wide id (the last chunk of an epoch
+    may hold fewer).
 
     Attributes:
         chunk_id: run-wide chunk id.
         epoch: the data epoch (mixed: the highest domain epoch among the chunk's sequences).
-        batches: the L global batches in stream order.
+        batches: the global batches in stream order.
+        capacity: batches per full chunk (the stream's chunk length): run-wide batch ids are
+            ``chunk_id * capacity + i``.
         cursor: JSON-safe stream state at this chunk's start: ``ChunkStream(..., cursor=cursor)``
             yields this chunk first.
         mixture: the weights the chunk was drawn with (None for a plain stream).
@@ -76,12 +103,31 @@ class Chunk:
     chunk_id: int
     epoch: int
     batches: tuple[GlobalBatch, ...]
+    capacity: int
     cursor: dict[str, Any] | None = None
     mixture: dict[str, float] | None = None
 
     @property
     def size(self) -> int:
         return len(self.batches)
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.batches[0].sample_ids) if self.batches else 0
+
+    @property
+    def batch_ids(self) -> tuple[int, ...]:
+        """Run-wide ids of the chunk's batches (seeds of per-batch sampling, fault-drill targets)."""
+        return tuple(self.chunk_id * self.capacity + i for i in range(self.size))
+
+    def candidate(self, index: int) -> tuple[int, int]:
+        """(batch, row) of flat candidate sequence ``index`` (``batch * B + row``)."""
+        return divmod(index, self.batch_size)
+
+    def gather(self, indices: tuple[int, ...] | list[int]) -> GlobalBatch:
+        """A batch of the chunk's candidate sequences ``indices`` (flat), in that order."""
+        B = self.batch_size
+        return concat_batches([self.batches[i // B].rows([i % B]) for i in indices])
 
 
 @dataclass
@@ -98,14 +144,18 @@ class ChunkStreamStats:
 
 
 def make_batch(sequences: Sequence[Any], epochs: int | Sequence[int]) -> GlobalBatch:
-    """Stack packed sequences (``tokens``, ``n_tokens``, ``sample_id``, ``domain``) into a batch;
-    ``epochs`` is the epoch of all of them or one per sequence."""
+    """Stack packed sequences (``tokens``, ``n_tokens``, ``sample_id``, ``domain``, optional
+    ``loss_mask``) into a batch; ``epochs`` is the epoch of all of them or one per sequence."""
     per_seq = [epochs] * len(sequences) if isinstance(epochs, int) else list(epochs)
+    masks = [getattr(s, "loss_mask", None) for s in sequences]
     return GlobalBatch(
         input_ids=np.stack([np.asarray(s.tokens, dtype=np.int32) for s in sequences]),
         n_tokens=np.asarray([s.n_tokens for s in sequences], dtype=np.int32),
         sample_ids=tuple(f"{e}/{s.sample_id}" for s, e in zip(sequences, per_seq, strict=True)),
         domains=tuple(s.domain for s in sequences),
+        loss_mask=None if all(m is None for m in masks) else np.stack([
+            np.ones(len(s.tokens), dtype=bool) if m is None else np.asarray(m, dtype=bool)
+            for s, m in zip(sequences, masks, strict=True)]),
     )
 
 
@@ -182,7 +232,7 @@ class ChunkStream:
                     batches.append(make_batch(pending, epoch))
                     pending = []
                     if len(batches) == L:
-                        yield Chunk(chunk_id=chunk_id, epoch=epoch, batches=tuple(batches), cursor=start)
+                        yield Chunk(chunk_id=chunk_id, epoch=epoch, batches=tuple(batches), capacity=L, cursor=start)
                         chunk_id += 1
                         produced += 1
                         batches = []
@@ -194,7 +244,7 @@ class ChunkStream:
                     epoch, len(pending), B,
                 )
             if batches:
-                yield Chunk(chunk_id=chunk_id, epoch=epoch, batches=tuple(batches), cursor=start)
+                yield Chunk(chunk_id=chunk_id, epoch=epoch, batches=tuple(batches), capacity=L, cursor=start)
                 chunk_id += 1
                 produced += 1
             self.stats.per_epoch_chunks.append(produced)
@@ -250,7 +300,8 @@ class ChunkStream:
                 seqs.append(seq)
                 epochs.append(lane.epoch)
             batches = tuple(make_batch(seqs[i * B : (i + 1) * B], epochs[i * B : (i + 1) * B]) for i in range(L))
-            yield Chunk(chunk_id=chunk_id, epoch=max(epochs), batches=batches, cursor=start, mixture=dict(mixture))
+            yield Chunk(chunk_id=chunk_id, epoch=max(epochs), batches=batches, capacity=L, cursor=start,
+                        mixture=dict(mixture))
             chunk_id += 1
 
     def _domain_lane(self, domains: list[str], domain: str, state: dict[str, Any] | None) -> Lane:

@@ -1,30 +1,46 @@
-"""Schedule configs: which scheduler orders each chunk, the chunk length L, the look-ahead.
+"""Schedule configs: the registry of schedulers, their common fields and what each declares.
 
-Selected in YAML by ``schedule: {type: random | sequential | d3, L: 60, ...}``. The built-ins
-are registered when ``d3ray.schedule`` is imported.
+Selected in YAML by ``schedule: {type: d3 | random | less | ..., L: 8, ...}``. A config is the
+registry entry and declares, before anything starts, what its scheduler needs and starts
+(``kind``, ``needs()``, ``actor_requests()``, ``window_batches()``); ``build(ctx)`` makes the
+scheduler. Built-ins register when ``d3ray.schedule`` is imported (``d3ray schedulers`` lists them).
+
+A select or weight scheduler hands the batches it keeps to an order scheduler, its ``order`` field
+(default ``random``): ``{type: loss, fraction: 0.5, order: {type: d3}}``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from d3ray.influence.config import InfluenceConfig
 from d3ray.registry import ChoiceConfig
-from d3ray.solver import IlsConfig, SolverConfig
-from d3ray.solver.pool import SolverPoolConfig
+from d3ray.schedule.scheduler import ActorRequest, BuildContext, Kind, Needs
+
+if TYPE_CHECKING:
+    from d3ray.schedule.scheduler import Scheduler
 
 
 @dataclass(frozen=True, kw_only=True)
 class ScheduleConfig(ChoiceConfig):
-    """Common fields of every scheduler."""
+    """Common fields of every scheduler, and what each one declares."""
+
+    kind: ClassVar[Kind] = Kind.ORDER
+    paper: ClassVar[str] = ""
+    """The paper the scheduler implements (``d3ray schedulers`` prints it)."""
 
     L: int = 8
-    """Chunk length: consecutive global batches ordered together (the paper: 60)."""
+    """Chunk length: consecutive global batches scheduled together (the paper: 60)."""
     prefetch_chunks: int = 2
-    """Ordered chunks prepared ahead of the trainers (bounded queue)."""
+    """Decided chunks prepared ahead of the trainers (bounded queue)."""
     shuffle_buffer: int = 0
     """Seeded streaming shuffle of packed sequences before batching (0 = stream order)."""
+    staleness: int = 1
+    """Schedulers that need weights or feedback decide chunk c with the weights after chunk
+    c − 1 − staleness and the feedback of chunks < c − staleness. 1: one chunk ahead, overlapped with
+    training; 0: at the weights after chunk c − 1 (the trainers wait for the decision)."""
+    deadline_s: float = 120.0
+    """How long the trainers wait for a decision past the moment they need it; then the fallback."""
 
     def __post_init__(self) -> None:
         if self.L < 1:
@@ -33,6 +49,82 @@ class ScheduleConfig(ChoiceConfig):
             raise ValueError(f"schedule.prefetch_chunks={self.prefetch_chunks} must be >= 1")
         if self.shuffle_buffer < 0:
             raise ValueError(f"schedule.shuffle_buffer={self.shuffle_buffer} must be >= 0")
+        if self.staleness not in (0, 1):
+            raise ValueError(f"schedule.staleness={self.staleness} must be 0 or 1")
+        if not self.deadline_s > 0:
+            raise ValueError(f"schedule.deadline_s={self.deadline_s} must be > 0")
+
+    def needs(self) -> Needs:
+        """What the scheduler needs from the trainers."""
+        return Needs()
+
+    def actor_requests(self) -> list[ActorRequest]:
+        """The Ray actors the scheduler starts (sweep resource accounting, ``placement.json``)."""
+        return []
+
+    def window_batches(self) -> int:
+        """Candidate batches per chunk: L, or more for a selector that keeps L of them."""
+        return self.L
+
+    def summary_fields(self) -> dict[str, str]:
+        """Extra columns for sweep result tables (e.g. whether γ can change the order)."""
+        return {}
+
+    def build(self, ctx: BuildContext) -> Scheduler:
+        raise NotImplementedError(f"schedule.type={self.type_name!r} has no build()")
+
+
+def resources_total(requests: list[ActorRequest]) -> dict[str, float]:
+    """Sum of the resources of ``requests`` by resource name."""
+    out: dict[str, float] = {}
+    for request in requests:
+        for name, amount in request.total().items():
+            out[name] = out.get(name, 0.0) + amount
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class StagedScheduleConfig(ScheduleConfig):
+    """A select or weight scheduler: it decides what trains (and how much), then ``order`` orders it."""
+
+    order: ScheduleConfig = field(default_factory=lambda: ScheduleConfig.lookup("random")())
+    """The order scheduler of the batches this one keeps (its L and window are this config's)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.order.kind is not Kind.ORDER:
+            raise ValueError(
+                f"schedule.order.type={self.order.type_name!r} is a {self.order.kind} scheduler; "
+                f"it must be an order scheduler ({', '.join(known_of_kind(Kind.ORDER))})"
+            )
+
+    def needs(self) -> Needs:
+        return self.own_needs() | self.order.needs()
+
+    def own_needs(self) -> Needs:
+        return Needs()
+
+    def actor_requests(self) -> list[ActorRequest]:
+        return self.own_actor_requests() + self.order.actor_requests()
+
+    def own_actor_requests(self) -> list[ActorRequest]:
+        return []
+
+    def summary_fields(self) -> dict[str, str]:
+        return self.order.summary_fields()
+
+    def build(self, ctx: BuildContext) -> Scheduler:
+        from d3ray.schedule.staged import StagedScheduler
+
+        return StagedScheduler(self.build_head(ctx), self.order.build(ctx), ctx.batch_size)
+
+    def build_head(self, ctx: BuildContext) -> Any:
+        raise NotImplementedError
+
+
+def known_of_kind(kind: Kind) -> list[str]:
+    """Registered scheduler names of one kind."""
+    return [name for name in ScheduleConfig.known() if ScheduleConfig.lookup(name).kind is kind]
 
 
 @ScheduleConfig.register("sequential")
@@ -40,70 +132,18 @@ class ScheduleConfig(ChoiceConfig):
 class SequentialScheduleConfig(ScheduleConfig):
     """Batches in stream order (no reordering)."""
 
+    def build(self, ctx: BuildContext) -> Scheduler:
+        from d3ray.schedule.order.basic import SequentialScheduler
+
+        return SequentialScheduler()
+
 
 @ScheduleConfig.register("random")
 @dataclass(frozen=True, kw_only=True)
 class RandomScheduleConfig(ScheduleConfig):
     """A seeded uniform random permutation of each chunk: the baseline."""
 
+    def build(self, ctx: BuildContext) -> Scheduler:
+        from d3ray.schedule.order.basic import RandomScheduler
 
-@ScheduleConfig.register("d3")
-@dataclass(frozen=True, kw_only=True)
-class D3ScheduleConfig(ScheduleConfig):
-    """D3: order each chunk by sketched second-order influence (Xu et al. 2026, §3)."""
-
-    staleness: int = 1
-    """1: chunk c+1 is scored at the weights published when chunk c started (async, overlapped);
-    0: at the weights after chunk c (the trainers wait for it)."""
-    deadline_s: float = 120.0
-    """How long the trainers wait for an order past the moment they need it; then the fallback."""
-    influence: InfluenceConfig = field(default_factory=InfluenceConfig)
-    """Estimator, sketch, γ and cost knobs (sample_fraction, param_filter)."""
-    solver: SolverConfig = field(default_factory=IlsConfig)
-    """Ordering solver (``type: ils | rsr | row_sum | greedy_insertion | exact``)."""
-    solver_seed: int = 0
-    """Seed of the solver (combined with the chunk id)."""
-    solver_pool: SolverPoolConfig = field(default_factory=lambda: SolverPoolConfig(num_cpus=0.25))
-    """Solver actors: count, CPUs, custom resources (pin to CPU nodes), restarts."""
-    influence_actors: int = 1
-    """InfluenceWorker actors; a chunk's batches are split across them."""
-    influence_num_cpus: float = 1.0
-    """CPUs per influence actor."""
-    influence_num_gpus: float = 0.0
-    """GPUs per influence actor (fractional allowed, e.g. 0.25 to share a GPU with a trainer)."""
-    influence_resources: dict[str, float] = field(default_factory=dict)
-    """Custom resources per influence actor (e.g. {"gpu_node": 0.01})."""
-    influence_max_restarts: int = 2
-    """Restarts of a crashed influence actor (its in-flight task is retried on the new one)."""
-    influence_nice: int = 0
-    """OS niceness (0-19) influence actors run at, at least: raised to it, never lowered (Ray starts its
-    workers, trainers included, at 15). On CPU nodes shared with the trainers, 19 gives the trainers
-    the larger share of the cores: influence latency grows (hidden by staleness 1) and the training
-    steps it overlaps slow down less; 0 leaves Ray's value."""
-    save_matrices: bool = True
-    """Keep each chunk's S in the decision (rank 0 saves it under ``<run_dir>/influence/``)."""
-    crash_influence_at_chunk: int | None = None
-    """Fault injection for tests and drills: influence actor 0 exits (once) when asked to score this chunk."""
-    crash_solver_at_chunk: int | None = None
-    """Fault injection for tests and drills: the solver actor exits (once) when asked to order this chunk."""
-    inject_nan_batches: list[int] = field(default_factory=list)
-    """Fault injection for tests and drills: global batch ids whose influence copy has every
-    label masked, which makes its loss NaN (the batch must be excluded, not the chunk lost)."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.staleness not in (0, 1):
-            raise ValueError(f"schedule.staleness={self.staleness} must be 0 or 1")
-        if not self.deadline_s > 0:
-            raise ValueError(f"schedule.deadline_s={self.deadline_s} must be > 0")
-        if not 0 <= self.influence_nice <= 19:
-            raise ValueError(f"schedule.influence_nice={self.influence_nice} must be in 0..19")
-        if self.influence_actors < 1:
-            raise ValueError(f"schedule.influence_actors={self.influence_actors} must be >= 1")
-
-    def build(self, seed: int, model_config: dict[str, Any], run_config: Any = None, **_: Any):
-        """The D3Scheduler with its influence actors and solver pool (needs ``ray.init``)."""
-        from d3ray.schedule.d3 import D3Scheduler
-
-        return D3Scheduler(self, seed, model_config, run_name=getattr(run_config, "name", "d3ray"),
-                           fault_dir=str(run_config.run_dir / ".faults") if run_config is not None else None)
+        return RandomScheduler(ctx.seed)

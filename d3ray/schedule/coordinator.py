@@ -1,20 +1,23 @@
-"""ScheduleCoordinator: one actor per run that turns the data stream into ordered chunks.
+"""ScheduleCoordinator: one actor per run that turns the data stream into decided chunks.
 
-    Ray Data stream ──► ChunkStream (B-sequence batches, L-batch chunks)
+    Ray Data stream ──► ChunkStream (B-sequence batches, chunks of the scheduler's window)
         │  each batch ray.put once; only references travel from here on
         ▼
-    Scheduler.submit(chunk, weights)   ── random / sequential: at once; D3: influence + solver pools
-        │  bounded: at most ``prefetch_chunks`` chunks ahead of the newest request
+    Scheduler.submit(chunk, refs, SubmitContext)   at most ``prefetch_chunks`` chunks ahead
+        │  needs.weights:  the snapshot of version c − staleness (published by the trainers)
+        │  needs.feedback: observe() the trainers' per-sample losses of every chunk < c − staleness first
         ▼
-    get_chunk(chunk_id) ──► OrderedChunk(order, batch refs, sample ids)  ──► every trainer rank
+    get_chunk(chunk_id) ──► DecidedChunk(batches in training order, weights, skipped) ──► every rank
 
-It is a threaded actor: trainer ranks block in ``get_chunk`` while a producer thread reads,
-batches and schedules the chunks ahead. Chunks are keyed by ``chunk_id``, so a trainer that
-restarts from a checkpoint simply asks for the chunk after its cursor: if that chunk has already
-been released, the stream restarts at the newest data cursor it knows at or before that chunk
-(``Chunk.cursor`` of every chunk it produced, or one given by ``restore_cursor`` from a
-checkpoint), seeking in the shards instead of re-reading them, and skips forward only from there.
-Orders already decided (restored from a checkpoint with ``restore_decisions``) are reused, not recomputed.
+It is a threaded actor: trainer ranks block in ``get_chunk`` while a producer thread reads, batches
+and submits the chunks ahead. Chunks are keyed by ``chunk_id``, so a trainer that restarts from a
+checkpoint asks for the chunk after its cursor: if that chunk has already been released, the stream
+restarts at the newest data cursor known at or before that chunk (``Chunk.cursor`` of every chunk it
+produced, or the one a checkpoint restored), seeking in the shards instead of re-reading them, and
+skips forward only from there. A checkpoint carries ``checkpoint_state``: the decision of the next
+chunk, the scheduler's state after the feedback of every trained chunk and the data cursor of the
+next chunk, so that a resumed run (even with a new coordinator) decides exactly as an uninterrupted
+one and starts reading where it stopped.
 """
 
 from __future__ import annotations
@@ -26,44 +29,61 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from d3ray.errors import UserError
 from d3ray.schedule.chunker import Chunk, ChunkStream
-from d3ray.schedule.scheduler import ChunkDecision, PendingOrder, Scheduler
+from d3ray.schedule.scheduler import (
+    ChunkDecision,
+    ChunkFeedback,
+    LossWeighting,
+    Needs,
+    PendingDecision,
+    Scheduler,
+    SubmitContext,
+)
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class OrderedChunk:
-    """What a trainer receives for one chunk.
+class DecidedChunk:
+    """What a trainer receives for one chunk: its batches in training order.
 
     Attributes:
         chunk_id: run-wide chunk id.
         epoch: data epoch of the chunk.
-        order: positions into ``batch_refs`` in training order.
-        batch_refs: one ObjectRef per batch (a ``GlobalBatch``), in chunk position order.
-        sample_ids: per batch position, the B sample ids (for exactly-once accounting).
-        domains: per batch position, the B domain labels.
-        decision: the scheduler's decision (``record`` goes to the schedule log).
+        batch_refs: per training position, the ObjectRef of its ``GlobalBatch``.
+        sample_ids: per training position, the B sample ids (exactly-once accounting).
+        domains: per training position, the B domain labels.
+        sample_weights: per training position, the B loss weights; None = 1.
+        loss_weighting: the in-step weighting rule, or None.
+        skipped: reason → sample ids of the chunk that do not train.
+        decision: the scheduler's decision (``record`` and ``order`` go to the schedule log).
         weights_version: chunks trained before the weights the scheduler used (None if unused).
     """
 
     chunk_id: int
     epoch: int
-    order: tuple[int, ...]
     batch_refs: tuple[Any, ...]
     sample_ids: tuple[tuple[str, ...], ...]
     domains: tuple[tuple[str, ...], ...]
+    sample_weights: tuple[tuple[float, ...], ...] | None
+    loss_weighting: LossWeighting | None
+    skipped: dict[str, tuple[str, ...]]
     decision: ChunkDecision
     weights_version: int | None = None
+
+    @property
+    def steps(self) -> int:
+        return len(self.batch_refs)
 
 
 @dataclass
 class _Slot:
     chunk: Chunk
     refs: tuple[Any, ...]
-    pending: PendingOrder | None
+    pending: PendingDecision | None
     weights_version: int | None
-    decision: ChunkDecision | None = None
+    served: DecidedChunk | None = None
 
 
 @dataclass
@@ -74,41 +94,52 @@ class CoordinatorState:
     stream_restarts: int = 0
     restarts_from_cursor: int = 0
     chunks_skipped_on_seek: int = 0
+    feedback_chunks: int = 0
     served: dict[int, int] = field(default_factory=dict)
 
 
 class ScheduleCoordinator:
-    """Produces ordered chunks ahead of the trainers (plain class; wrapped by ``ray.remote`` at creation).
+    """Produces decided chunks ahead of the trainers (plain class; wrapped by ``ray.remote`` at creation).
 
     Args:
         make_stream: ``make_stream(cursor)`` gives a fresh, deterministic :class:`ChunkStream` that
             starts at ``cursor`` (a ``Chunk.cursor``), or at chunk 0 when it is None.
-        scheduler: orders each chunk.
+        scheduler: decides each chunk.
+        needs: what the scheduler needs (its config's ``needs()``).
         prefetch_chunks: chunks produced ahead of the highest requested chunk id.
-        staleness: weights for chunk c must be at least version ``c - staleness`` (number of chunks
-            trained); only used when ``scheduler.needs_weights``.
-        deadline_s: how long ``get_chunk`` waits for a decision before using the fallback order.
+        staleness: chunk c uses weights version c − staleness and the feedback of chunks < c − staleness.
+        deadline_s: how long ``get_chunk`` waits for a decision before using the fallback.
+        run_dir: the run directory (this actor logs to ``<run_dir>/logs/coordinator.log``).
     """
 
     def __init__(
         self,
         make_stream: Callable[[dict[str, Any] | None], ChunkStream],
         scheduler: Scheduler,
+        needs: Needs,
         prefetch_chunks: int = 2,
         staleness: int = 1,
         deadline_s: float | None = None,
+        run_dir: str | None = None,
     ) -> None:
+        if run_dir is not None:
+            from d3ray.run_files import route_logs_to_run_dir
+
+            route_logs_to_run_dir(run_dir, "coordinator")
         self._make_stream = make_stream
         self._scheduler = scheduler
+        self._needs = needs
         self._prefetch = prefetch_chunks
         self._staleness = staleness
         self._deadline_s = deadline_s
-        self._needs_weights = bool(getattr(scheduler, "needs_weights", False))
         self._cond = threading.Condition()
+        self._observe_lock = threading.Lock()
         self._slots: dict[int, _Slot] = {}
-        self._decided: dict[int, tuple[int, ...]] = {}
-        self._cursors: dict[int, dict[str, Any]] = {}  # chunk_id -> data cursor at its start
+        self._decided: dict[int, ChunkDecision] = {}
         self._weights: dict[int, list] = {}
+        self._feedback: dict[int, ChunkFeedback] = {}
+        self._observed_through = -1
+        self._cursors: dict[int, dict[str, Any]] = {}  # chunk_id -> data cursor at its start
         self._stream: ChunkStream | None = None
         self._iter: Iterator[Chunk] | None = None
         self._next_id = 0
@@ -120,8 +151,8 @@ class ScheduleCoordinator:
         self._thread.start()
 
     # ---- trainer-facing -------------------------------------------------------------------
-    def get_chunk(self, chunk_id: int) -> OrderedChunk:
-        """Block until chunk ``chunk_id`` is produced, then return it in its decided order."""
+    def get_chunk(self, chunk_id: int) -> DecidedChunk:
+        """Block until chunk ``chunk_id`` is produced and decided; its batches in training order."""
         with self._cond:
             if chunk_id < self._next_id and chunk_id not in self._slots:
                 self._seek_to = chunk_id if self._seek_to is None else min(self._seek_to, chunk_id)
@@ -131,30 +162,33 @@ class ScheduleCoordinator:
                 self._cond.wait(timeout=1.0)
             if self._error is not None:
                 err = self._error
+                if isinstance(err, UserError):
+                    raise err
                 raise RuntimeError(
                     f"schedule coordinator failed while producing chunk {chunk_id}: {type(err).__name__}: {err}"
                 ) from err
             slot = self._slots[chunk_id]
-        decision = self._decide(slot)
+        served = slot.served or self._serve(slot)
         with self._cond:
+            slot.served = served
             self.state.served[chunk_id] = self.state.served.get(chunk_id, 0) + 1
-        chunk = slot.chunk
-        return OrderedChunk(
-            chunk_id=chunk.chunk_id,
-            epoch=chunk.epoch,
-            order=decision.order,
-            batch_refs=slot.refs,
-            sample_ids=tuple(b.sample_ids for b in chunk.batches),
-            domains=tuple(b.domains for b in chunk.batches),
-            decision=decision,
-            weights_version=slot.weights_version,
-        )
+        return served
+
+    def feedback(self, feedback: ChunkFeedback) -> None:
+        """Per-sample losses of one trained chunk (trainer rank 0, once per chunk; repeats are ignored)."""
+        with self._cond:
+            if feedback.chunk_id > self._observed_through and feedback.chunk_id not in self._feedback:
+                self._feedback[feedback.chunk_id] = feedback
+                self.state.feedback_chunks += 1
+            self._cond.notify_all()
 
     def release(self, before_chunk_id: int) -> None:
         """Drop chunks with id < ``before_chunk_id`` (they are covered by a checkpoint)."""
         with self._cond:
             for cid in [c for c in self._slots if c < before_chunk_id]:
                 del self._slots[cid]
+            for cid in [c for c in self._decided if c < before_chunk_id]:
+                del self._decided[cid]
             for v in [v for v in self._weights if v < before_chunk_id - self._staleness - 1]:
                 del self._weights[v]
             for cid in [c for c in self._cursors if c < before_chunk_id]:
@@ -167,6 +201,40 @@ class ScheduleCoordinator:
             self._weights[version] = weights
             self._cond.notify_all()
 
+    def checkpoint_state(self, next_chunk: int) -> dict[str, Any]:
+        """What a checkpoint at ``next_chunk`` must hold for the resumed run to decide as this one:
+        the decisions of the chunks from ``next_chunk`` on that are already decided, and the
+        scheduler's state after observing the feedback of every chunk < ``next_chunk``."""
+        with self._cond:
+            decisions = {str(c): d.to_state() for c, d in sorted(self._decided.items()) if c >= next_chunk}
+            cursor = self._cursors.get(next_chunk)
+        state: dict[str, Any] = {"decisions": decisions, "observed_through": self._observed_through}
+        if cursor is not None:
+            state["data_cursor"] = {"chunk_id": next_chunk, "cursor": cursor}
+        if self._needs.feedback:
+            self._observe_through(next_chunk - 1)
+            with self._observe_lock:
+                state["scheduler"] = self._scheduler.state_dict()
+                state["observed_through"] = self._observed_through
+        return state
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Load a checkpoint's ``checkpoint_state`` (a live coordinator keeps what it already knows)."""
+        with self._cond:
+            for cid, decision in state.get("decisions", {}).items():
+                self._decided.setdefault(int(cid), ChunkDecision.from_state(decision))
+            if "data_cursor" in state:
+                self._cursors.setdefault(int(state["data_cursor"]["chunk_id"]), state["data_cursor"]["cursor"])
+        with self._observe_lock:
+            through = int(state.get("observed_through", -1))
+            if "scheduler" in state and through > self._observed_through:
+                self._scheduler.load_state_dict(state["scheduler"])
+                with self._cond:
+                    self._observed_through = through
+                    for cid in [c for c in self._feedback if c <= through]:
+                        del self._feedback[cid]
+                    self._cond.notify_all()
+
     def restore_cursor(self, chunk_id: int, cursor: dict[str, Any]) -> None:
         """The data cursor of chunk ``chunk_id`` (``Chunk.cursor``, e.g. from a checkpoint): a later
         restart of the stream at or after that chunk seeks there instead of re-reading from chunk 0."""
@@ -174,14 +242,14 @@ class ScheduleCoordinator:
             self._cursors[int(chunk_id)] = cursor
 
     def cursor(self, chunk_id: int) -> dict[str, Any] | None:
-        """The data cursor at the start of chunk ``chunk_id`` if it is known (for checkpoints)."""
+        """The data cursor at the start of chunk ``chunk_id`` if it is known."""
         with self._cond:
             return self._cursors.get(chunk_id)
 
-    def restore_decisions(self, orders: dict[int, list[int]]) -> None:
-        """Orders already decided (from a checkpoint's schedule log): reuse them on resume."""
+    def error(self) -> BaseException | None:
+        """The exception that stopped the chunk producer, if any (the driver re-raises a user error)."""
         with self._cond:
-            self._decided.update({int(k): tuple(int(i) for i in v) for k, v in orders.items()})
+            return self._error
 
     def report(self) -> dict[str, Any]:
         """Counters of the coordinator and the chunk stream, plus the data-quality ledger if any."""
@@ -192,6 +260,7 @@ class ScheduleCoordinator:
                 "stream_restarts": self.state.stream_restarts,
                 "restarts_from_cursor": self.state.restarts_from_cursor,
                 "chunks_skipped_on_seek": self.state.chunks_skipped_on_seek,
+                "feedback_chunks": self.state.feedback_chunks,
                 "served": dict(self.state.served),
             }
         if stream is not None:
@@ -205,24 +274,68 @@ class ScheduleCoordinator:
                 out["data_quality"] = {**ledger.to_dict(), "bad_by_reason": ledger.bad_by_reason()}
         return out
 
-    def ping(self) -> bool:
-        return True
+    # ---- deciding -------------------------------------------------------------------------
+    def _serve(self, slot: _Slot) -> DecidedChunk:
+        import ray
 
-    # ---- producer -------------------------------------------------------------------------
-    def _decide(self, slot: _Slot) -> ChunkDecision:
-        cid = slot.chunk.chunk_id
-        if slot.decision is not None:
-            return slot.decision
-        if cid in self._decided:
-            decision = ChunkDecision(order=self._decided[cid], record={"reused_from_checkpoint": True})
-        else:
+        chunk = slot.chunk
+        cid = chunk.chunk_id
+        with self._cond:
+            decision = self._decided.get(cid)
+        if decision is None:
             assert slot.pending is not None
             decision = slot.pending.result(self._deadline_s)
-        with self._cond:
-            slot.decision = decision
-            self._decided[cid] = decision.order
-        return decision
+            with self._cond:
+                decision = self._decided.setdefault(cid, decision)
+        if decision.selection is None:
+            batch_refs = tuple(slot.refs[i] for i in decision.order)
+            ids = tuple(chunk.batches[i].sample_ids for i in decision.order)
+            domains = tuple(chunk.batches[i].domains for i in decision.order)
+            trained = {s for batch in chunk.batches for s in batch.sample_ids}
+        else:
+            refs = decision.batch_refs or tuple(ray.put(chunk.gather(sel)) for sel in decision.selection)
+            batch_refs = tuple(refs[i] for i in decision.order)
+            B = chunk.batch_size
+            flat_ids = [s for batch in chunk.batches for s in batch.sample_ids]
+            flat_domains = [d for batch in chunk.batches for d in batch.domains]
+            ids = tuple(tuple(flat_ids[j] for j in decision.selection[i]) for i in decision.order)
+            domains = tuple(tuple(flat_domains[j] for j in decision.selection[i]) for i in decision.order)
+            trained = {s for batch in ids for s in batch}
+            assert all(len(b) == B for b in ids), "every trained batch holds B sequences"
+        skipped = {reason: tuple(chunk.gather(idx).sample_ids) if idx else ()
+                   for reason, idx in decision.skipped.items()}
+        _check_accounting(chunk, trained, skipped)
+        weights = None
+        if decision.sample_weights is not None:
+            weights = tuple(tuple(decision.sample_weights[i]) for i in decision.order)
+        return DecidedChunk(chunk_id=cid, epoch=chunk.epoch, batch_refs=batch_refs, sample_ids=ids,
+                            domains=domains, sample_weights=weights, loss_weighting=decision.loss_weighting,
+                            skipped=skipped, decision=decision, weights_version=slot.weights_version)
 
+    def _observe_through(self, chunk_id: int) -> None:
+        """Feed the scheduler the feedback of every chunk <= ``chunk_id``, in chunk order (waits for it).
+
+        Waiting holds no lock but the condition's, so that a ``restore`` (which may move the scheduler
+        past the awaited chunks) can always get in; observing holds the observe lock, as ``submit`` does.
+        """
+        while True:
+            with self._cond:
+                while self._observed_through < chunk_id and self._observed_through + 1 not in self._feedback:
+                    self._cond.wait(timeout=1.0)
+                if self._observed_through >= chunk_id:
+                    return
+                nxt = self._observed_through + 1
+            with self._observe_lock:
+                with self._cond:
+                    if self._observed_through + 1 != nxt or nxt not in self._feedback:
+                        continue  # observed meanwhile, or a restore moved past it
+                    feedback = self._feedback.pop(nxt)
+                self._scheduler.observe(feedback)
+                with self._cond:
+                    self._observed_through = nxt
+                    self._cond.notify_all()
+
+    # ---- producer -------------------------------------------------------------------------
     def _produce_forever(self) -> None:
         try:
             while True:
@@ -235,7 +348,10 @@ class ScheduleCoordinator:
                     self._restart_stream(seek)
                 self._produce_one()
         except BaseException as err:  # surfaced to every waiting trainer by get_chunk
-            logger.exception("chunk producer failed")
+            if isinstance(err, UserError):
+                logger.error("chunk producer stopped: %s", err)
+            else:
+                logger.exception("chunk producer failed")
             with self._cond:
                 self._error = err
                 self._cond.notify_all()
@@ -276,27 +392,44 @@ class ScheduleCoordinator:
                 self._cursors[chunk.chunk_id] = chunk.cursor
         refs = tuple(ray.put(batch) for batch in chunk.batches)
         pending, version = None, None
-        if chunk.chunk_id not in self._decided:
-            weights = None
-            if self._needs_weights:
+        with self._cond:
+            decided = chunk.chunk_id in self._decided
+        if not decided:
+            context = SubmitContext()
+            if self._needs.feedback:
+                self._observe_through(chunk.chunk_id - self._staleness - 1)
+            if self._needs.weights:
                 version, weights = self._wait_for_weights(chunk.chunk_id - self._staleness)
-            pending = self._scheduler.submit(chunk, refs, weights)
+                context = SubmitContext(weights=weights, weights_version=version)
+            with self._observe_lock:
+                pending = self._scheduler.submit(chunk, refs, context)
         with self._cond:
             self._slots[chunk.chunk_id] = _Slot(chunk, refs, pending, version)
             self._next_id = chunk.chunk_id + 1
             self.state.chunks_produced += 1
             self._cond.notify_all()
 
-    def _wait_for_weights(self, min_version: int) -> tuple[int | None, list | None]:
-        """Newest published weights of version >= ``min_version`` (waits; None after the deadline)."""
+    def _wait_for_weights(self, version: int) -> tuple[int | None, list | None]:
+        """The snapshot of ``version`` (waits for it). A resumed run that lacks it takes the oldest
+        newer one; past the deadline, the newest there is (None if none)."""
+        version = max(0, version)
         start = time.monotonic()
         with self._cond:
             while True:
-                ready = [v for v in self._weights if v >= max(0, min_version)]
-                if ready:
-                    v = max(ready)
-                    return v, self._weights[v]
+                if version in self._weights:
+                    return version, self._weights[version]
+                newer = [v for v in self._weights if v > version]
+                if newer:
+                    return min(newer), self._weights[min(newer)]
                 if self._deadline_s is not None and time.monotonic() - start > self._deadline_s:
                     newest = max(self._weights) if self._weights else None
                     return newest, (self._weights[newest] if newest is not None else None)
                 self._cond.wait(timeout=0.5)
+
+
+def _check_accounting(chunk: Chunk, trained: set[str], skipped: dict[str, tuple[str, ...]]) -> None:
+    """Every candidate of the chunk trains or is skipped with a reason, exactly once."""
+    produced = [s for batch in chunk.batches for s in batch.sample_ids]
+    accounted = sorted(list(trained) + [s for ids in skipped.values() for s in ids])
+    if accounted != sorted(produced):
+        raise RuntimeError(f"chunk {chunk.chunk_id}: the decision does not account for every sample exactly once")

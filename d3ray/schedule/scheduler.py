@@ -1,56 +1,210 @@
-"""The scheduler interface and the order-only built-ins (sequential, random).
+"""The scheduler protocol: every data scheduler (order, select, weight, mix) speaks it.
 
-A scheduler turns a chunk into a training order. It works in two phases so that slow
-schedulers (D3: influence + solving) run one chunk ahead of the trainers:
-``submit(chunk, batch_refs, weights)`` starts the work and returns a :class:`PendingOrder`;
-``PendingOrder.result(timeout_s)`` returns the :class:`ChunkDecision` (or the fallback order
-when the deadline passes). Order-only schedulers decide immediately.
+A scheduler turns a chunk of candidate batches into a :class:`ChunkDecision`: which samples train
+(selection), in which batch order (ordering), with which per-sample loss weights (weighting). It
+works in two phases so that model work (influence, scoring) runs one chunk ahead of the trainers:
+``submit(chunk, batch_refs, context)`` starts the work and returns a :class:`PendingDecision`;
+``result(timeout_s)`` returns the decision, or the scheduler's fallback once the deadline passes.
+
+    ScheduleConfig (typed, registered)        ── kind, needs(), actor_requests(), window_batches()
+        │ build(BuildContext)                     known before anything starts (sweeps, placement)
+        ▼
+    Scheduler ── submit(chunk, refs, SubmitContext) → PendingDecision ─► ChunkDecision
+             ── observe(ChunkFeedback)     per-sample losses of each trained chunk, in chunk order
+             ── state_dict() / load_state_dict()   a resumed run makes the same decisions
+             ── actors()   the Ray actors it started (placement.json);  close()
+
+Nothing outside a scheduler probes its internals: what it needs (a weights snapshot, training
+feedback) and what it starts are declared by its config. Decisions must be a pure function of the
+chunk, the seed, the weights snapshot of version ``chunk_id - staleness`` and the feedback of the
+chunks before ``chunk_id - staleness``: ``submit`` never changes what later decisions depend on;
+only ``observe`` does (ARCHITECTURE.md section 3, deterministic).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 
 import numpy as np
 
 from d3ray.schedule.chunker import Chunk
-from d3ray.schedule.config import RandomScheduleConfig, ScheduleConfig, SequentialScheduleConfig
+
+
+class Kind(StrEnum):
+    """What a scheduler decides (ARCHITECTURE.md, scheduler families)."""
+
+    ORDER = "order"
+    """The order of a chunk's batches (D3, curricula, random, sequential, mtl)."""
+    SELECT = "select"
+    """Which samples of a candidate window train (LESS, loss, delta-loss, TSDS, NEAR)."""
+    WEIGHT = "weight"
+    """Per-sample loss weights inside the step (loss reweighting)."""
+    MIX = "mix"
+    """The domain each next sequence is drawn from (DoReMi, ODM, RegMix, static)."""
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a scheduler needs from the trainers."""
+
+    weights: bool = False
+    """A snapshot of the trainers' weights (version ``chunk_id - staleness``) at submit."""
+    feedback: bool = False
+    """The per-sample training losses of every trained chunk, through ``observe``."""
+
+    def __or__(self, other: Needs) -> Needs:
+        return Needs(weights=self.weights or other.weights, feedback=self.feedback or other.feedback)
+
+
+@dataclass(frozen=True)
+class ActorRequest:
+    """Ray actors a scheduler starts: ``count`` actors of ``role``, each holding ``resources``."""
+
+    role: str
+    count: int
+    resources: dict[str, float]
+    """Per actor, e.g. ``{"CPU": 1.0, "GPU": 0.25, "solver_node": 1.0}``."""
+
+    def total(self) -> dict[str, float]:
+        return {name: self.count * amount for name, amount in self.resources.items() if amount}
+
+
+@dataclass(frozen=True)
+class LossWeighting:
+    """An in-step weighting rule: per-sample weights computed from the step's own (detached) losses.
+
+    Loss reweighting (Sow et al. 2025) weights each sample by its current loss, which exists only
+    inside the step; the rule travels with the decision and ``d3ray.schedule.weight.loss_weights``
+    applies it. ``params`` are the strategy's parameters (all floats, JSON-safe).
+    """
+
+    strategy: str
+    params: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class ChunkDecision:
-    """The order chosen for one chunk and what to log about it.
+    """What trains of one chunk, in which order, with which weights; and what to log about it.
 
     Attributes:
-        order: positions into ``chunk.batches`` in training order (a permutation of range(L)).
-        fallback: True when the scheduler missed its deadline or failed and this is the fallback.
-        record: fields for the schedule log (solver, costs, seconds, ...).
+        order: positions into the decision's batches in training order (a permutation).
+        selection: the trained batches as flat indices into the chunk's candidate sequences
+            (batch b, row r of the chunk is ``b * B + r``); None = the chunk's own batches.
+        sample_weights: per batch of the decision (before ordering), the B loss weights; None = 1.
+        loss_weighting: an in-step weighting rule, or None.
+        skipped: reason → flat candidate indices that do not train (every sample is accounted for).
+        fallback: True when the scheduler missed its deadline or failed and this is its fallback.
+        record: fields for the schedule log (scheduler, costs, seconds, ...).
+        matrix: the chunk's S (L, L) when the scheduler computed one (saved by trainer rank 0).
     """
 
     order: tuple[int, ...]
+    selection: tuple[tuple[int, ...], ...] | None = None
+    sample_weights: tuple[tuple[float, ...], ...] | None = None
+    loss_weighting: LossWeighting | None = None
+    skipped: dict[str, tuple[int, ...]] = field(default_factory=dict)
     fallback: bool = False
     record: dict[str, Any] = field(default_factory=dict)
     matrix: np.ndarray | None = None
-    """The chunk's S (L, L) when the scheduler computed one (saved by trainer rank 0)."""
+    batch_refs: tuple | None = None
+    """ObjectRefs of the selected batches when the scheduler already put them (not checkpointed)."""
+
+    def to_state(self) -> dict[str, Any]:
+        """JSON-safe form kept in checkpoints (everything but ``record`` and ``matrix``)."""
+        return {
+            "order": list(self.order),
+            "selection": None if self.selection is None else [list(b) for b in self.selection],
+            "sample_weights": None if self.sample_weights is None else [list(w) for w in self.sample_weights],
+            "loss_weighting": None if self.loss_weighting is None else {
+                "strategy": self.loss_weighting.strategy, "params": dict(self.loss_weighting.params)},
+            "skipped": {k: list(v) for k, v in self.skipped.items()},
+            "fallback": self.fallback,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> ChunkDecision:
+        lw = state.get("loss_weighting")
+        return cls(
+            order=tuple(int(i) for i in state["order"]),
+            selection=None if state.get("selection") is None else tuple(tuple(int(i) for i in b)
+                                                                         for b in state["selection"]),
+            sample_weights=None if state.get("sample_weights") is None else tuple(
+                tuple(float(w) for w in ws) for ws in state["sample_weights"]),
+            loss_weighting=None if lw is None else LossWeighting(lw["strategy"], dict(lw["params"])),
+            skipped={k: tuple(int(i) for i in v) for k, v in state.get("skipped", {}).items()},
+            fallback=bool(state.get("fallback", False)),
+            record={"reused_from_checkpoint": True},
+        )
 
 
-class PendingOrder(Protocol):
+@dataclass(frozen=True)
+class ChunkFeedback:
+    """Per-sample training losses of one trained chunk (one small call per chunk, from trainer rank 0).
+
+    ``losses[i]`` is the token-mean loss of ``sample_ids[i]`` in the step that trained it.
+    """
+
+    chunk_id: int
+    sample_ids: tuple[str, ...]
+    domains: tuple[str, ...]
+    losses: np.ndarray
+
+
+@dataclass(frozen=True)
+class SubmitContext:
+    """What the coordinator hands a scheduler with a chunk."""
+
+    weights: list | None = None
+    """``[ObjectRef]`` of the weights snapshot of version ``weights_version`` (when ``needs.weights``)."""
+    weights_version: int | None = None
+    """Chunks trained before that snapshot."""
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What a scheduler may use when it is built (in the driver, after ``ray.init``)."""
+
+    seed: int
+    model_config: dict[str, Any]
+    """The trainers' transformers config (dict), for actors that rebuild the model."""
+    model: Any
+    """The run's ``ModelConfig``."""
+    run_name: str
+    run_dir: str
+    """Where actors may write (fault-drill markers, logs)."""
+    batch_size: int
+    """B, sequences per global batch."""
+    total_chunks: int
+    """Chunks the run trains (``ceil(train.steps / L)``), for schedules over training progress."""
+    tokenizer_dir: str | None = None
+    eval_sets: list | None = None
+    """``[ObjectRef]`` of the run's held-out sets (name → (n, T) int32), e.g. a selector's target."""
+
+
+class PendingDecision(Protocol):
     def result(self, timeout_s: float | None) -> ChunkDecision: ...
 
 
 class Scheduler(Protocol):
-    """Orders chunks.
+    """A built scheduler (see the module docstring for the contract)."""
 
-    ``batch_refs`` holds one ObjectRef per batch of the chunk (already in the object store);
-    ``weights`` is the newest allowed weights snapshot (``[ObjectRef]``) or None.
-    """
+    def submit(self, chunk: Chunk, batch_refs: tuple, context: SubmitContext) -> PendingDecision: ...
 
-    def submit(self, chunk: Chunk, batch_refs: tuple, weights: list | None) -> PendingOrder: ...
+    def observe(self, feedback: ChunkFeedback) -> None: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def actors(self) -> dict[str, list[Any]]: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
-class DecidedOrder:
+class Decided:
     """A decision available at once."""
 
     decision: ChunkDecision
@@ -59,40 +213,25 @@ class DecidedOrder:
         return self.decision
 
 
+class StatelessScheduler:
+    """Base of schedulers that decide from the chunk and the seed alone (no actors, no state)."""
+
+    def observe(self, feedback: ChunkFeedback) -> None:
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        return None
+
+    def actors(self) -> dict[str, list[Any]]:
+        return {}
+
+    def close(self) -> None:
+        return None
+
+
 def random_order(chunk_len: int, seed: int, chunk_id: int) -> tuple[int, ...]:
     """The baseline's order: a uniform permutation seeded by ``(seed, chunk_id)``."""
     return tuple(int(i) for i in np.random.default_rng([seed, chunk_id]).permutation(chunk_len))
-
-
-class SequentialScheduler:
-    """Stream order."""
-
-    def __init__(self, cfg: SequentialScheduleConfig, seed: int) -> None:
-        self.cfg = cfg
-
-    def submit(self, chunk: Chunk, batch_refs: tuple, weights: list | None) -> PendingOrder:
-        return DecidedOrder(ChunkDecision(order=tuple(range(chunk.size)), record={"scheduler": "sequential"}))
-
-
-class RandomScheduler:
-    """Uniform random order within each chunk."""
-
-    def __init__(self, cfg: RandomScheduleConfig, seed: int) -> None:
-        self.cfg = cfg
-        self.seed = seed
-
-    def submit(self, chunk: Chunk, batch_refs: tuple, weights: list | None) -> PendingOrder:
-        order = random_order(chunk.size, self.seed, chunk.chunk_id)
-        return DecidedOrder(ChunkDecision(order=order, record={"scheduler": "random"}))
-
-
-def build_scheduler(cfg: ScheduleConfig, seed: int, **resources: Any) -> Scheduler:
-    """Instantiate the scheduler for ``cfg`` (``resources`` carries actor pools for D3)."""
-    if isinstance(cfg, RandomScheduleConfig):
-        return RandomScheduler(cfg, seed)
-    if isinstance(cfg, SequentialScheduleConfig):
-        return SequentialScheduler(cfg, seed)
-    build = getattr(cfg, "build", None)
-    if build is None:
-        raise ValueError(f"schedule.type={cfg.type_name!r} has no scheduler implementation")
-    return build(seed=seed, **resources)

@@ -12,16 +12,11 @@ from d3ray.solver.ils import IlsConfig
 from d3ray.solver.local_search import (
     Descent,
     RsrConfig,
-    insertion_local_search,
     random_swap_refinement,
 )
 from d3ray.solver.pool import SolverPool, SolverPoolConfig, SolverWorker
 from d3ray.solver.problem import (
-    apply_insertion,
-    apply_swap,
     check_order,
-    insertion_delta_matrix,
-    insertion_deltas,
     ordering_cost,
     swap_delta,
     validate_advantage,
@@ -41,13 +36,8 @@ __all__ = [
     "SolverPool",
     "SolverPoolConfig",
     "SolverWorker",
-    "apply_insertion",
-    "apply_swap",
     "check_order",
     "greedy_insertion_order",
-    "insertion_delta_matrix",
-    "insertion_deltas",
-    "insertion_local_search",
     "ordering_cost",
     "random_swap_refinement",
     "row_sum_order",

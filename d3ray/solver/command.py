@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from d3ray.errors import UserError
 from d3ray.solver.base import DEFAULT_SOLVER, SolverConfig, override
 
 logger = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ def handle_solve(args: argparse.Namespace) -> int:
         config_cls = SolverConfig.lookup(args.solver)
         C = read_weight_matrix(args.matrix_file)
     except (OSError, ValueError) as err:
-        raise SystemExit(f"d3ray solve: {err}") from err
+        raise UserError(str(err)) from err
     config = config_cls()
     if args.time_budget is not None:
         if not hasattr(config, "time_budget_s"):
@@ -106,13 +107,13 @@ def handle_solve(args: argparse.Namespace) -> int:
             try:
                 config = override(config, time_budget_s=args.time_budget)
             except ValueError as err:
-                raise SystemExit(f"d3ray solve: {err}") from err
+                raise UserError(str(err)) from err
     C0 = C.copy()
     np.fill_diagonal(C0, 0.0)
     try:
         result = config.build().solve(C0 - C0.T, seed=args.seed)
     except ValueError as err:  # e.g. exact on n > 20, or a NaN in the file
-        raise SystemExit(f"d3ray solve: {args.matrix_file}: {err}") from err
+        raise UserError(f"{args.matrix_file}: {err}") from err
     forward, backward = forward_backward_weight(C0, result.order)
     initial_forward, _ = forward_backward_weight(C0, np.arange(C0.shape[0]))
     out = {

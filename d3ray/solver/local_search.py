@@ -31,7 +31,6 @@ __all__ = [
     "Descent",
     "RsrConfig",
     "RsrSolver",
-    "insertion_local_search",
     "random_swap_refinement",
 ]
 
@@ -123,25 +122,6 @@ class Descent:
                 return cost, False
             if time.perf_counter() > deadline:
                 return cost, True
-
-
-def insertion_local_search(
-    S: np.ndarray, order: np.ndarray, deadline: float = float("inf")
-) -> tuple[np.ndarray, float, int, bool]:
-    """Descend to a local optimum of the insertion neighbourhood (one-off :class:`Descent`).
-
-    Args:
-        S: (K, K) antisymmetric advantage.
-        order: (K,) permutation, modified in place (converted to int64 first if needed).
-        deadline: ``time.perf_counter()`` value after which to stop (the order may then not be optimal).
-
-    Returns:
-        (order, cost, moves applied, timed_out).
-    """
-    order = np.asarray(order, dtype=np.int64)
-    descent = Descent(S)
-    cost, timed_out = descent(order, ordering_cost(S, order), deadline)
-    return order, cost, descent.moves, timed_out
 
 
 class RsrSolver(SolverBase):

@@ -149,11 +149,15 @@ class SolverPool:
         SolverPoolConfig(  # validates the numbers
             num_actors=num_actors, num_cpus=num_cpus, max_restarts=max_restarts, max_task_retries=retries
         )
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
         remote_cls = ray.remote(worker_cls or SolverWorker).options(
             num_cpus=num_cpus,
             resources=dict(resources or {}),
             max_restarts=max_restarts,
             max_task_retries=retries,
+            # Own resources, never a Tune trial's placement group (which holds only its driver).
+            scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=None),
         )
         self.config = config
         self._actors: list[ActorHandle] = [

@@ -7,7 +7,9 @@ S[i, j] > 0 means "train i before j"):
     cost(σ) = Σ_{i≠j} max(0, S[i, j]) · [σ(j) < σ(i)]
 
 This is the weighted minimum feedback arc set / linear ordering problem (LOP). Everything here is
-pure numpy and shared by all solvers, so that no solver ever re-scores a whole order to judge a move.
+shared by all solvers, so that no solver ever re-scores a whole order to judge a move. The insertion
+moves of eq. 1 run compiled in :mod:`d3ray.solver.kernels` (their numpy twin is the tests' oracle,
+``tests/solver_oracle.py``).
 
 Move deltas (Schiavinotto & Stützle 2004, "The linear ordering problem: instances, search space
 analysis and algorithms", J. Math. Model. Algorithms 3, insertion neighbourhood). Write
@@ -34,11 +36,7 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "apply_insertion",
-    "apply_swap",
     "check_order",
-    "insertion_delta_matrix",
-    "insertion_deltas",
     "ordering_cost",
     "swap_delta",
     "validate_advantage",
@@ -112,50 +110,10 @@ def ordering_cost(S: np.ndarray, order: np.ndarray | list[int]) -> float:
     Returns:
         The D3 objective (ARCHITECTURE.md section 1); 0 means every positive edge points forward.
     """
-    S = np.asarray(S, dtype=np.float64)
-    o = np.asarray(order, dtype=np.int64)
-    P = S[np.ix_(o, o)]  # (K, K) in position space: P[a, b] = S[order[a], order[b]]
-    # Row a, column b < a: item at a comes after item at b; violated when S[order[a], order[b]] > 0.
-    return float(np.maximum(np.tril(P, -1), 0.0).sum())
+    from d3ray.solver import kernels  # numba compiles on first use; importing this module stays cheap
 
-
-def insertion_deltas(S: np.ndarray, order: np.ndarray, p: int) -> np.ndarray:
-    """Cost change of moving the item at position p to each position q (eq. 1), O(K).
-
-    Args:
-        S: (K, K) antisymmetric advantage.
-        order: (K,) current permutation.
-        p: position of the item to move.
-
-    Returns:
-        (K,) float64, entry q = cost(after move p → q) − cost(order); entry p is 0.
-    """
-    row = S[order[p], order]  # (K,) P[p, :]
-    cx = np.empty(row.shape[0] + 1)
-    cx[0] = 0.0
-    np.cumsum(row, out=cx[1:])
-    out = cx[:-1] - cx[p]  # q < p (and q == p gives 0)
-    out[p + 1 :] = cx[p + 2 :] - cx[p]  # q > p
-    return out
-
-
-def insertion_delta_matrix(S: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """The whole insertion neighbourhood (eq. 1): D[p, q] = Δ(move position p to position q), O(K²).
-
-    Args:
-        S: (K, K) antisymmetric advantage.
-        order: (K,) current permutation.
-
-    Returns:
-        (K, K) float64; the diagonal is 0.
-    """
-    K = order.shape[0]
-    P = S[np.ix_(order, order)]  # (K, K)
-    cx = np.zeros((K, K + 1))
-    np.cumsum(P, axis=1, out=cx[:, 1:])
-    upper = np.triu(np.ones((K, K), dtype=bool), 1)  # q > p
-    own = cx[np.arange(K), np.arange(K)]  # (K,) cx[p, p]
-    return np.where(upper, cx[:, 1:], cx[:, :-1]) - own[:, None]
+    S = np.ascontiguousarray(S, dtype=np.float64)
+    return float(kernels.order_cost(S, np.ascontiguousarray(order, dtype=np.int64)))
 
 
 def swap_delta(S: np.ndarray, order: np.ndarray, a: int, b: int) -> float:
@@ -167,18 +125,3 @@ def swap_delta(S: np.ndarray, order: np.ndarray, a: int, b: int) -> float:
     x, y = order[a], order[b]
     mid = order[a + 1 : b]
     return float(S[x, y] + (S[x, mid] - S[y, mid]).sum())
-
-
-def apply_insertion(order: np.ndarray, p: int, q: int) -> None:
-    """Move the item at position p to position q in place, shifting the items between by one."""
-    x = order[p]
-    if q > p:
-        order[p:q] = order[p + 1 : q + 1]
-    elif q < p:
-        order[q + 1 : p + 1] = order[q:p].copy()
-    order[q] = x
-
-
-def apply_swap(order: np.ndarray, a: int, b: int) -> None:
-    """Swap the items at positions a and b in place."""
-    order[a], order[b] = order[b], order[a]

@@ -3,7 +3,8 @@
 Layout of one checkpoint directory (Ray Train merges the per-rank directories into one):
 
     deepspeed/           engine.save_checkpoint (model, optimizer, LR schedule; ZeRO shards per rank)
-    state.json           TrainState: step, data cursor (chunk id, position), tokens, schedule orders
+    state.json           TrainState: step, data cursor (chunk id, position), tokens, schedule state
+                         (the coordinator's ``checkpoint_state``: next decisions, scheduler state)
     rng_rank<r>.pt       torch / numpy / python RNG state of rank r
     tokenizer/           the run's tokenizer (so a checkpoint is self-contained)
 """
@@ -15,6 +16,7 @@ import random
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -33,7 +35,7 @@ class TrainState:
     next_chunk: int = 0
     position: int = 0
     tokens: int = 0
-    schedule_orders: dict[str, list[int]] = field(default_factory=dict)
+    schedule: dict[str, Any] = field(default_factory=dict)
 
 
 def save_checkpoint(engine, state: TrainState, directory: Path, rank: int, tokenizer_dir: Path | None) -> None:

@@ -1,4 +1,4 @@
-"""Configs of the training stage: model architecture, optimisation, evaluation, faults.
+"""Configs of the training stage: model architecture, optimisation, evaluation.
 
 The DeepSpeed dict and Ray's ``ScalingConfig`` are produced *from* these at the edge
 (``deepspeed_config.py``, ``run.py``); nothing below reads environment variables.
@@ -72,8 +72,6 @@ class TrainConfig:
     """Checkpoints kept by Ray Train."""
     max_failures: int = 0
     """Ray Train FailureConfig.max_failures: worker-group restarts from the latest checkpoint."""
-    fail_at_step: int | None = None
-    """Fault injection for tests and drills: worker rank 0 exits (os._exit) once at this step."""
 
     def __post_init__(self) -> None:
         per_step = self.num_workers * self.micro_batch_size

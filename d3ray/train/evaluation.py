@@ -12,16 +12,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-
-def causal_lm_labels(input_ids: torch.Tensor, n_tokens: torch.Tensor) -> torch.Tensor:
-    """Labels for next-token loss: the inputs, with padding past ``n_tokens`` masked (-100).
-
-    input_ids: (b, T); n_tokens: (b,) → labels (b, T) int64.
-    """
-    positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None, :]
-    labels = input_ids.long().clone()
-    labels[positions >= n_tokens[:, None]] = -100
-    return labels
+from d3ray.lm_loss import sequence_losses
 
 
 @torch.no_grad()
@@ -36,7 +27,7 @@ def evaluate(
     """Token-weighted mean loss and perplexity per eval set.
 
     Args:
-        engine: the DeepSpeed engine (or any module returning ``.loss``).
+        engine: the DeepSpeed engine (or any causal LM module returning ``.logits``).
         eval_sets: name → (n, T) int token ids (full sequences).
     Returns:
         ``{"eval/<name>/loss": x, "eval/<name>/ppl": e^x, ...}`` plus ``eval/mean_loss`` over
@@ -55,11 +46,10 @@ def evaluate(
             real = len(rows)
             if real == 0:  # keep collectives aligned: run a forward on one row, weight 0
                 rows = data[:1]
-            ids = torch.as_tensor(np.asarray(rows), dtype=torch.long, device=device)
-            loss = engine(input_ids=ids, labels=ids).loss.double().cpu()
+            ids = torch.tensor(np.asarray(rows), dtype=torch.long, device=device)  # a copy: Ray's arrays are read-only
+            loss_sums, counts = sequence_losses(engine(input_ids=ids).logits, ids)
             if real:
-                n_pred = real * (ids.shape[1] - 1)
-                sums += torch.tensor([float(loss) * n_pred, n_pred], dtype=torch.float64)
+                sums += torch.stack([loss_sums.sum(), counts.sum()]).double().cpu()
         if world > 1:
             dist.all_reduce(sums)
         mean = float(sums[0] / sums[1]) if sums[1] > 0 else float("nan")

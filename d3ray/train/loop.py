@@ -1,18 +1,20 @@
 """The per-worker training loop: one linear function, run by every Ray Train worker.
 
-    resume (DeepSpeed state, RNG, data cursor) ─► for each ordered chunk from the coordinator:
-        for each batch in the chunk's decided order: this rank's rows → micro-batches → step
+    resume (DeepSpeed state, RNG, data cursor, schedule state) ─► for each decided chunk:
+        for each batch in the chunk's training order: this rank's rows → micro-batches → step
+            (per-sequence losses; weighted by the decision's weights or in-step rule)
+        feedback: the chunk's per-sample losses to the coordinator (rank 0, one call)
         publish a weights snapshot (schedulers that need weights) → checkpoint every N chunks
 
-Every rank pulls the same ``OrderedChunk`` from the ScheduleCoordinator and takes its contiguous
-share of each global batch (rows ``rank*B/W .. (rank+1)*B/W``), so the data seen does not depend
-on the number of workers, and every rank runs the same number of steps (collectives never hang).
+Every rank pulls the same ``DecidedChunk`` from the ScheduleCoordinator and takes its contiguous
+share of each global batch (rows ``rank*B/W .. (rank+1)*B/W``); micro-batches are the rows
+``[k·m, (k+1)·m)`` of the global batch whatever the number of workers, so the data seen and the
+per-micro-batch loss weights do not depend on it, and every rank runs the same number of steps.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import tempfile
 import time
 from dataclasses import dataclass
@@ -38,6 +40,7 @@ class WorkerSpec:
     """[ObjectRef of dict name → (n, T) int32], list-wrapped so Ray does not resolve it early."""
     tokenizer_dir: str
     publish_weights: bool
+    send_feedback: bool
 
 
 def publish_snapshot(engine, zero_stage: int, rank: int, coordinator, version: int) -> None:
@@ -57,6 +60,19 @@ def publish_snapshot(engine, zero_stage: int, rank: int, coordinator, version: i
         coordinator.publish_weights.remote(version, [ref])
 
 
+def micro_weights(chunk, position: int, rows: slice, losses: np.ndarray | None) -> np.ndarray | None:
+    """The loss weights of one micro-batch: the decision's per-sample weights, or the in-step rule
+    applied to the micro-batch's own (detached) losses; None = unweighted."""
+    if chunk.sample_weights is not None:
+        return np.asarray(chunk.sample_weights[position][rows], dtype=np.float64)
+    if chunk.loss_weighting is not None and losses is not None:
+        from d3ray.schedule.weight.loss_reweight import loss_weights
+
+        rule = chunk.loss_weighting
+        return loss_weights(losses, rule.strategy, **rule.params)
+    return None
+
+
 def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     """Ray Train entry point; returns rank 0's final metrics (→ ``Result.return_value``)."""
     import deepspeed
@@ -65,18 +81,23 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
+    from d3ray import faults
+    from d3ray.data.labels import lm_labels
+    from d3ray.errors import UserError
+    from d3ray.lm_loss import sequence_losses, step_loss
+    from d3ray.run_files import route_logs_to_run_dir
+    from d3ray.schedule.scheduler import ChunkFeedback
     from d3ray.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
     from d3ray.train.deepspeed_config import deepspeed_config, lr_factor
-    from d3ray.train.evaluation import causal_lm_labels, evaluate
+    from d3ray.train.evaluation import evaluate
     from d3ray.train.metrics import RunLogs, progress_line
     from d3ray.train.model import build_model
 
-    # Ray Train logs two INFO lines per checkpoint report; the progress line says what matters.
-    logging.getLogger("ray.train").setLevel(logging.WARNING)
     spec: WorkerSpec = config["spec"]
     cfg, tcfg = spec.cfg, spec.cfg.train
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    route_logs_to_run_dir(cfg.run_dir, f"trainer-{rank}")
     if world != tcfg.num_workers:
         raise RuntimeError(f"expected {tcfg.num_workers} workers, Ray Train started {world}")
     deepspeed.init_distributed(dist_backend="nccl" if tcfg.use_gpu else "gloo")
@@ -98,16 +119,16 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             state = load_checkpoint(engine, Path(d), rank)
         logger.info("rank %d resumed at step %d, chunk %d+%d", rank, state.step, state.next_chunk, state.position)
     coordinator = spec.coordinator
-    if state.schedule_orders:
-        ray.get(coordinator.restore_decisions.remote({int(k): v for k, v in state.schedule_orders.items()}))
+    if rank == 0 and state.schedule:
+        ray.get(coordinator.restore.remote(state.schedule))
 
     run_dir = cfg.run_dir
+    plan = faults.load_plan(run_dir) if rank == 0 else faults.FaultPlan()
     logs = RunLogs(run_dir, state.step, state.next_chunk + (1 if state.position else 0)) if rank == 0 else None
     eval_sets = ray.get(spec.eval_sets[0]) if spec.eval_sets else {}
     per_rank = tcfg.global_batch_size // world
     micro = tcfg.micro_batch_size
     last_eval: dict[str, float] = {}
-    fail_marker = run_dir / f".fail_at_step_{tcfg.fail_at_step}.done"
 
     if spec.publish_weights:  # the weights the next chunk may be scored at (fresh start or resume)
         publish_snapshot(engine, tcfg.zero_stage, rank, coordinator, version=state.next_chunk)
@@ -129,42 +150,50 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     next_ref = coordinator.get_chunk.remote(state.next_chunk)
     while state.step < tcfg.steps:
         t_wait = time.perf_counter()
-        chunk = ray.get(next_ref)
+        try:
+            chunk = ray.get(next_ref)
+        except UserError as err:  # bad data found by the stream: the driver reports it in one line
+            logger.error("stopping: %s", err)
+            return {"steps": state.step, "stopped_by_user_error": True}
         wait_s = time.perf_counter() - t_wait
-        next_ref = coordinator.get_chunk.remote(chunk.chunk_id + 1)  # prefetch the next ordered chunk
+        next_ref = coordinator.get_chunk.remote(chunk.chunk_id + 1)  # prefetch the next decided chunk
         if logs is not None and state.position == 0:
-            logs.log_schedule({"chunk_id": chunk.chunk_id, "epoch": chunk.epoch, "order": list(chunk.order),
-                               "fallback": chunk.decision.fallback, "trainer_wait_sec": wait_s,
-                               "weights_version": chunk.weights_version, **chunk.decision.record})
-            if chunk.decision.matrix is not None:
-                (run_dir / "influence").mkdir(exist_ok=True)
-                np.save(run_dir / "influence" / f"S_{chunk.chunk_id:06d}.npy", chunk.decision.matrix)
-        positions = list(range(state.position, len(chunk.order)))
-        batch_refs = [chunk.batch_refs[chunk.order[p]] for p in positions]
-        pending = batch_refs[0] if batch_refs else None
-        for i, p in enumerate(positions):
+            logs.log_chunk(chunk, wait_s)
+        chunk_losses = np.full((chunk.steps, tcfg.global_batch_size), np.nan, dtype=np.float32)
+        first_position = state.position
+        pending = chunk.batch_refs[first_position] if first_position < chunk.steps else None
+        for p in range(first_position, chunk.steps):
             step_start = time.perf_counter()
             batch = ray.get(pending)
-            pending = batch_refs[i + 1] if i + 1 < len(batch_refs) else None
-            rows = slice(rank * per_rank, (rank + 1) * per_rank)
-            ids_all = torch.tensor(batch.input_ids[rows], dtype=torch.long)
-            n_all = torch.tensor(batch.n_tokens[rows], dtype=torch.long)
-            if tcfg.fail_at_step == state.step and rank == 0 and not fail_marker.exists():
-                fail_marker.touch()
-                logger.warning("fault injection: rank 0 exits at step %d", state.step)
-                os._exit(1)
+            pending = chunk.batch_refs[p + 1] if p + 1 < chunk.steps else None
+            mine = slice(rank * per_rank, (rank + 1) * per_rank)
+            labels_all = torch.as_tensor(lm_labels(batch.input_ids[mine], batch.n_tokens[mine],
+                                                   None if batch.loss_mask is None else batch.loss_mask[mine]))
+            ids_all = torch.as_tensor(np.asarray(batch.input_ids[mine], dtype=np.int64))
+            if plan.trainer_exit_at_step == state.step:
+                faults.exit_once(run_dir, f"trainer_exit_at_step_{state.step}", f"trainer rank 0 exits at step {state.step}")
+            per_sample = torch.zeros(per_rank, dtype=torch.float32)
             losses = []
             for m in range(0, per_rank, micro):
                 ids = ids_all[m:m + micro].to(device)
-                labels = causal_lm_labels(ids, n_all[m:m + micro].to(device))
-                loss = engine(input_ids=ids, labels=labels).loss
+                labels = labels_all[m:m + micro].to(device)
+                sums, counts = sequence_losses(engine(input_ids=ids).logits, labels)
+                seq_loss = (sums / counts.clamp(min=1.0)).detach().float().cpu()
+                per_sample[m:m + micro] = seq_loss
+                first = rank * per_rank + m
+                w = micro_weights(chunk, p, slice(first, first + len(ids)), seq_loss.double().numpy())
+                loss = step_loss(sums, counts, None if w is None else torch.as_tensor(w, device=device))
                 engine.backward(loss)
                 engine.step()
                 losses.append(loss.detach().float())
-            loss_sum = torch.stack(losses).mean().cpu().reshape(1)
-            if world > 1:
-                dist.all_reduce(loss_sum)
-            loss_value = float(loss_sum) / world
+            step_stats = torch.cat([torch.stack(losses).mean().cpu().reshape(1), per_sample])
+            if world > 1:  # one small collective: the step loss and every rank's per-sample losses
+                gathered = [torch.zeros_like(step_stats) for _ in range(world)]
+                dist.all_gather(gathered, step_stats)
+            else:
+                gathered = [step_stats]
+            loss_value = float(sum(g[0] for g in gathered)) / world
+            chunk_losses[p] = torch.cat([g[1:] for g in gathered]).numpy()
             state.step += 1
             state.position = p + 1
             state.tokens += int(batch.n_tokens.sum())
@@ -173,20 +202,27 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                 tps = (state.tokens - start_tokens) / max(elapsed, 1e-9)
                 lr = engine.get_lr()[0]
                 grad_norm = engine.get_global_grad_norm()
-                logs.log_samples(state.step, chunk.chunk_id, p, batch.sample_ids, batch.domains)
+                logs.log_samples(state.step, chunk.chunk_id, p, chunk.sample_ids[p], chunk.domains[p])
                 logs.log_metrics({"step": state.step, "chunk_id": chunk.chunk_id, "train/loss": loss_value,
                                   "train/lr": lr, "train/grad_norm": float(grad_norm) if grad_norm is not None else None,
                                   "data/tokens": state.tokens, "data/tokens_per_sec": tps,
                                   "time/step_sec": time.perf_counter() - step_start,
-                                  "time/wait_sec": wait_s if i == 0 else 0.0})
+                                  "time/wait_sec": wait_s if p == first_position else 0.0})
                 if state.step % tcfg.log_every == 0 or state.step == tcfg.steps:
                     print(progress_line(state.step, tcfg.steps, loss_value, tps, lr, wait_s), flush=True)
             if tcfg.eval_every and state.step % tcfg.eval_every == 0 and state.step < tcfg.steps:
                 last_eval = run_eval()
             if state.step >= tcfg.steps:
                 break
-        chunk_done = state.position >= len(chunk.order)
+        chunk_done = state.position >= chunk.steps
         if chunk_done:
+            if rank == 0 and spec.send_feedback:
+                trained = ~np.isnan(chunk_losses[:, 0])
+                coordinator.feedback.remote(ChunkFeedback(
+                    chunk_id=chunk.chunk_id,
+                    sample_ids=tuple(s for p, ids in enumerate(chunk.sample_ids) if trained[p] for s in ids),
+                    domains=tuple(d for p, ds in enumerate(chunk.domains) if trained[p] for d in ds),
+                    losses=chunk_losses[trained].reshape(-1)))
             state.next_chunk, state.position = chunk.chunk_id + 1, 0
             if spec.publish_weights and state.step < tcfg.steps:
                 publish_snapshot(engine, tcfg.zero_stage, rank, coordinator, version=state.next_chunk)
@@ -195,7 +231,9 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             last_eval = run_eval()
         if finished or (chunk_done and state.next_chunk % tcfg.checkpoint_every_chunks == 0):
             if logs is not None:
-                state.schedule_orders = {str(k): v for k, v in logs.schedule_orders().items()}
+                if not finished:
+                    ray.get(next_ref)  # the next chunk's decision belongs in this checkpoint
+                state.schedule = ray.get(coordinator.checkpoint_state.remote(state.next_chunk))
             metrics = {"step": state.step, "train/loss": loss_value, "data/tokens": state.tokens,
                        "chunk_id": chunk.chunk_id, **{k: v for k, v in last_eval.items() if np.isfinite(v)}}
             with tempfile.TemporaryDirectory() as d:

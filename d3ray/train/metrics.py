@@ -19,19 +19,14 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from d3ray.run_files import read_jsonl
+
 logger = logging.getLogger(__name__)
 
 STEP_FIELDS = ["step", "chunk_id", "train/loss", "train/lr", "train/grad_norm", "data/tokens",
                "data/tokens_per_sec", "time/step_sec", "time/wait_sec"]
-
-
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """All rows of a JSONL file ([] if absent)."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    with open(path) as fh:
-        return [json.loads(line) for line in fh if line.strip()]
 
 
 def rollback_jsonl(path: Path, keep: Any) -> None:
@@ -67,6 +62,7 @@ class RunLogs:
         rollback_jsonl(self.samples_path, lambda r: r["step"] <= resume_step)
         rollback_jsonl(self.schedule_path, lambda r: r["chunk_id"] < resume_chunk)
         self._rewrite_csv()
+        self._next_step = resume_step + 1
         self._tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -94,6 +90,7 @@ class RunLogs:
 
     def log_samples(self, step: int, chunk_id: int, position: int, sample_ids: tuple[str, ...],
                     domains: tuple[str, ...]) -> None:
+        self._next_step = step + 1
         with open(self.samples_path, "a") as fh:
             fh.write(json.dumps({"step": step, "chunk_id": chunk_id, "position": position,
                                  "sample_ids": list(sample_ids), "domains": list(domains)}) + "\n")
@@ -102,9 +99,21 @@ class RunLogs:
         with open(self.schedule_path, "a") as fh:
             fh.write(json.dumps({k: _finite(v) for k, v in record.items()}) + "\n")
 
-    def schedule_orders(self) -> dict[int, list[int]]:
-        """Orders decided so far (chunk id → order), for the checkpoint."""
-        return {int(r["chunk_id"]): list(r["order"]) for r in read_jsonl(self.schedule_path)}
+    def log_chunk(self, chunk: Any, wait_s: float) -> None:
+        """The schedule-log row of a decided chunk (at its first step), its S, and its skipped samples."""
+        decision = chunk.decision
+        skipped = {reason: len(ids) for reason, ids in chunk.skipped.items()}
+        self.log_schedule({"chunk_id": chunk.chunk_id, "epoch": chunk.epoch, "order": list(decision.order),
+                           "fallback": decision.fallback, "trainer_wait_sec": wait_s,
+                           "weights_version": chunk.weights_version, "trained_samples": sum(map(len, chunk.sample_ids)),
+                           "skipped": skipped, **decision.record})
+        if decision.matrix is not None:
+            (self.run_dir / "influence").mkdir(exist_ok=True)
+            np.save(self.run_dir / "influence" / f"S_{chunk.chunk_id:06d}.npy", decision.matrix)
+        if chunk.skipped:  # keyed by the chunk's first step, so a resume before it rolls it back
+            with open(self.samples_path, "a") as fh:
+                fh.write(json.dumps({"step": self._next_step, "chunk_id": chunk.chunk_id,
+                                     "skipped": {r: list(ids) for r, ids in chunk.skipped.items()}}) + "\n")
 
     def close(self) -> None:
         if self._tb is not None:
@@ -118,3 +127,4 @@ def progress_line(step: int, steps: int, loss: float, tokens_per_sec: float, lr:
     tps = f"{tokens_per_sec / 1e6:.2f}M" if tokens_per_sec >= 1e6 else f"{tokens_per_sec / 1e3:.1f}k"
     line = f"step {step}/{steps} | loss {loss:.4f} | tok/s {tps} | lr {lr:.2e} | wait {wait_s:.2f}s"
     return line + (f" | {extra}" if extra else "")
+

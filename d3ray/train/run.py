@@ -21,10 +21,12 @@ from typing import Any
 
 import yaml
 
-from d3ray.config import RayClusterConfig, RunConfig
+from d3ray.cluster import start_ray, worker_env
+from d3ray.config import RunConfig
 from d3ray.config_loading import to_dict
 from d3ray.data.config import DataConfig
-from d3ray.schedule.chunker import ChunkStream
+from d3ray.errors import UserError
+from d3ray.run_files import log_to_file, read_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -39,34 +41,6 @@ class PreparedData:
     tokenizer_dir: Path
     vocab_size: int
     eos_id: int
-
-
-def worker_env(cfg: RunConfig) -> dict[str, str]:
-    """Environment for Ray Train workers and actors (DeepSpeed on CPU, quiet Ray Data)."""
-    env = {
-        "RAY_DATA_DISABLE_PROGRESS_BARS": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": str(cfg.ray.health_check_interval_s),
-        "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",  # progress lines are printed once, not print + log
-    }
-    if not cfg.train.use_gpu:
-        env["DS_ACCELERATOR"] = "cpu"
-    return env
-
-
-def start_ray(ray_cfg: RayClusterConfig, env: dict[str, str]) -> bool:
-    """Connect to or start Ray; returns True if this call started it (so the caller shuts it down)."""
-    import ray
-
-    os.environ.update(env)  # a local instance's raylet (and so every actor) inherits these
-    if ray.is_initialized():
-        return False
-    if ray_cfg.address not in (None, "local"):
-        ray.init(address=ray_cfg.address)
-        return True
-    num_cpus = ray_cfg.num_cpus or max(4, os.cpu_count() or 1)
-    ray.init(num_cpus=num_cpus, log_to_driver=True)
-    return True
 
 
 def prepare_data(cfg: RunConfig) -> PreparedData:
@@ -94,20 +68,6 @@ def prepare_data(cfg: RunConfig) -> PreparedData:
     return PreparedData(data, train_shards, validation_shards, tokenizer_dir, len(tokenizer), eos_id)
 
 
-def build_chunk_stream(
-    shards: list[Any], data: DataConfig, tokenizer_dir: str, batch_size: int, chunk_len: int,
-    shuffle_buffer: int, seed: int, cursor: dict[str, Any] | None = None,
-    mixture_for_chunk: Any = None,
-) -> ChunkStream:
-    """The run's deterministic chunk stream over Ray Data (built inside the coordinator actor),
-    from ``cursor`` (a ``Chunk.cursor``) when given, drawn by domain when ``mixture_for_chunk`` is given."""
-    from d3ray.data.stream import CorpusSource
-
-    source = CorpusSource(shards, data, tokenizer_dir)
-    return ChunkStream(source, batch_size, chunk_len, shuffle_buffer, seed,
-                       mixture_for_chunk=mixture_for_chunk, cursor=cursor)
-
-
 def load_eval_sets(cfg: RunConfig, prepared: PreparedData) -> dict[str, Any]:
     """Per-domain validation sequences plus ``ood:<file>`` sets, as (n, T) int32 arrays."""
     from d3ray.data.evaluation import load_eval_sequences, load_text_file_sequences
@@ -123,8 +83,7 @@ def load_eval_sets(cfg: RunConfig, prepared: PreparedData) -> dict[str, Any]:
     return sets
 
 
-def run_pretrain(cfg: RunConfig, scheduler_resources: dict[str, Any] | None = None,
-                 callbacks: list[Any] | None = None) -> dict[str, Any]:
+def run_pretrain(cfg: RunConfig, callbacks: list[Any] | None = None) -> dict[str, Any]:
     """Train ``cfg`` to completion (resuming if the run directory has checkpoints); final metrics.
 
     ``callbacks`` are Ray Train ``UserCallback``s passed to ``ray.train.RunConfig(callbacks=...)``,
@@ -136,40 +95,50 @@ def run_pretrain(cfg: RunConfig, scheduler_resources: dict[str, Any] | None = No
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from d3ray.schedule.coordinator import ScheduleCoordinator
-    from d3ray.schedule.scheduler import build_scheduler
+    from d3ray.schedule.scheduler import BuildContext
+    from d3ray.schedule.stream import build_chunk_stream
     from d3ray.train.loop import WorkerSpec, train_loop_per_worker
     from d3ray.train.model import model_config_dict
 
     started = time.perf_counter()
     # Workers run in other directories: hand them an absolute run directory.
     cfg = dataclasses.replace(cfg, output_dir=str(cfg.run_dir.parent))
+    run_dir = cfg.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    print(f"run {cfg.name}: {cfg.schedule.type_name} schedule, {cfg.train.steps} steps, in {run_dir} "
+          f"(config.yaml, metrics.csv, logs/)", flush=True)
+    log_to_file(run_dir, "driver")
+    logger.info("config:\n%s", yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    # Data first: a wrong path or a bad corpus is reported before Ray starts.
+    prepared = prepare_data(cfg)
+    model_config = model_config_dict(cfg.model, prepared.vocab_size, prepared.data.seq_len, prepared.eos_id)
+    eval_sets = load_eval_sets(cfg, prepared)
     env = worker_env(cfg)
     owns_ray = start_ray(cfg.ray, env)
+    scheduler = None
     try:
-        run_dir = cfg.run_dir
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-        logger.info("run %s in %s\n%s", cfg.name, run_dir, yaml.safe_dump(to_dict(cfg), sort_keys=False))
-        prepared = prepare_data(cfg)
-        model_config = model_config_dict(cfg.model, prepared.vocab_size, prepared.data.seq_len, prepared.eos_id)
-        eval_sets = load_eval_sets(cfg, prepared)
-        resources = dict(scheduler_resources or {})
-        resources.update(model_config=model_config, run_config=cfg)
-        scheduler = build_scheduler(cfg.schedule, cfg.seed, **resources)
+        schedule = cfg.schedule
+        needs = schedule.needs()
+        eval_ref = [ray.put(eval_sets)] if eval_sets else []
+        scheduler = schedule.build(BuildContext(
+            seed=cfg.seed, model_config=model_config, model=cfg.model, run_name=cfg.name, run_dir=str(run_dir),
+            batch_size=cfg.train.global_batch_size, total_chunks=-(-cfg.train.steps // schedule.L),
+            tokenizer_dir=str(prepared.tokenizer_dir), eval_sets=eval_ref or None))
         make_stream = partial(build_chunk_stream, prepared.train_shards, prepared.data, str(prepared.tokenizer_dir),
-                              cfg.train.global_batch_size, cfg.schedule.L, cfg.schedule.shuffle_buffer, cfg.seed)
+                              cfg.train.global_batch_size, schedule.window_batches(), schedule.shuffle_buffer,
+                              cfg.seed)
         # The coordinator lives on the driver's node: it owns the chunk batches in the object store.
         here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
         coordinator = ray.remote(ScheduleCoordinator).options(
             num_cpus=0, max_concurrency=32, max_restarts=2, max_task_retries=2, scheduling_strategy=here,
-        ).remote(make_stream, scheduler, cfg.schedule.prefetch_chunks,
-                 getattr(cfg.schedule, "staleness", 1), getattr(cfg.schedule, "deadline_s", None))
-        if getattr(scheduler, "needs_weights", False) and not any(run_dir.glob("checkpoint_*")):
+        ).remote(make_stream, scheduler, needs, schedule.prefetch_chunks, schedule.staleness, schedule.deadline_s,
+                 str(run_dir))
+        if needs.weights and not any(run_dir.glob("checkpoint_*")):
             publish_initial_weights(cfg, model_config, coordinator)
-        spec = WorkerSpec(cfg=cfg, model_config=model_config, coordinator=coordinator,
-                          eval_sets=[ray.put(eval_sets)] if eval_sets else [],
-                          tokenizer_dir=str(prepared.tokenizer_dir),
-                          publish_weights=bool(getattr(scheduler, "needs_weights", False)))
+        spec = WorkerSpec(cfg=cfg, model_config=model_config, coordinator=coordinator, eval_sets=eval_ref,
+                          tokenizer_dir=str(prepared.tokenizer_dir), publish_weights=needs.weights,
+                          send_feedback=needs.feedback)
         resources_per_worker = {"CPU": cfg.train.cpus_per_worker, **cfg.train.resources_per_worker}
         if cfg.train.use_gpu:
             resources_per_worker["GPU"] = cfg.train.gpus_per_worker
@@ -186,9 +155,15 @@ def run_pretrain(cfg: RunConfig, scheduler_resources: dict[str, Any] | None = No
                 checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.train.keep_checkpoints),
                 worker_runtime_env={"env_vars": env},
                 callbacks=list(callbacks or []),
+                logging_config=ray.train.LoggingConfig(log_level="WARNING"),  # Ray Train's INFO: its log files
             ),
         )
-        result = trainer.fit()
+        try:
+            result = trainer.fit()
+        except Exception:
+            raise_user_error(coordinator)
+            raise
+        raise_user_error(coordinator)  # the trainers stopped early on bad data
         write_placement(run_dir, coordinator, scheduler)
         final = dict(result.return_value or {})
         report = ray.get(coordinator.report.remote())
@@ -196,13 +171,40 @@ def run_pretrain(cfg: RunConfig, scheduler_resources: dict[str, Any] | None = No
         final["wall_seconds"] = time.perf_counter() - started
         final["run_dir"] = str(run_dir)
         final["checkpoint"] = result.checkpoint.path if result.checkpoint else None
+        final.update(schedule_summary(run_dir))
         (run_dir / "final_metrics.json").write_text(json.dumps(final, indent=2))
         print_summary(final, report)
         ray.kill(coordinator)
         return final
     finally:
+        if scheduler is not None:
+            scheduler.close()
         if owns_ray:
             ray.shutdown()
+
+
+def raise_user_error(coordinator: Any) -> None:
+    """Re-raise the coordinator's user error (e.g. too many bad records), if it stopped on one."""
+    import ray
+
+    cause = ray.get(coordinator.error.remote())
+    if isinstance(cause, UserError):
+        raise cause from None
+
+
+def schedule_summary(run_dir: Path) -> dict[str, Any]:
+    """The schedule's figures from the schedule log: chunks decided, fallbacks, trainer wait, and
+    (D3) the mean reduction of the S cost against stream order."""
+    rows = read_jsonl(run_dir / "schedule_log.jsonl")
+    out: dict[str, Any] = {"schedule/chunks": len(rows), "schedule/fallbacks": sum(bool(r["fallback"]) for r in rows),
+                           "schedule/trainer_wait_sec": sum(r["trainer_wait_sec"] for r in rows)}
+    costs = [(r["cost_stream"], r["cost_after"]) for r in rows if r.get("cost_stream")]
+    if costs:
+        out["schedule/cost_reduction"] = sum(1 - after / before for before, after in costs) / len(costs)
+    skipped = sum(sum(r.get("skipped", {}).values()) for r in rows)
+    if skipped:
+        out["schedule/skipped_samples"] = skipped
+    return out
 
 
 def publish_initial_weights(cfg: RunConfig, model_config: dict[str, Any], coordinator: Any) -> None:
@@ -220,8 +222,8 @@ def publish_initial_weights(cfg: RunConfig, model_config: dict[str, Any], coordi
 
 
 def write_placement(run_dir: Path, coordinator: Any, scheduler: Any) -> None:
-    """``placement.json``: the node id of the coordinator and of each influence and solver actor, and
-    the influence actors' OS niceness (``schedule.influence_nice``)."""
+    """``placement.json``: the node id of the coordinator and of every actor the scheduler started,
+    by role, and each actor's OS niceness (``schedule.influence_nice``)."""
     import ray
 
     def ask(actor: Any, fn: Any) -> Any:
@@ -231,17 +233,13 @@ def write_placement(run_dir: Path, coordinator: Any, scheduler: Any) -> None:
         except Exception as err:
             return f"unavailable: {type(err).__name__}"
 
-    def node_of(actor: Any) -> str:
-        return ask(actor, lambda: ray.get_runtime_context().get_node_id())
-
-    influence = getattr(scheduler, "influence_actors", [])
-    placement = {
+    placement: dict[str, Any] = {
         "driver": ray.get_runtime_context().get_node_id(),
-        "coordinator": node_of(coordinator),
-        "influence": [node_of(a) for a in influence],
-        "influence_nice": [ask(a, lambda: os.nice(0)) for a in influence],
-        "solver": [node_of(a) for a in getattr(getattr(scheduler, "solver_pool", None), "actors", [])],
+        "coordinator": ask(coordinator, lambda: ray.get_runtime_context().get_node_id()),
     }
+    for role, actors in scheduler.actors().items():
+        placement[role] = [ask(a, lambda: ray.get_runtime_context().get_node_id()) for a in actors]
+        placement[f"{role}_nice"] = [ask(a, lambda: os.nice(0)) for a in actors]
     (run_dir / "placement.json").write_text(json.dumps(placement, indent=2))
 
 
@@ -255,6 +253,14 @@ def print_summary(final: dict[str, Any], report: dict[str, Any]) -> None:
         for key in rows:
             name = key[len("eval/"):-len("/ppl")]
             print(f"{name:<32} {final[f'eval/{name}/loss']:>8.4f} {final[key]:>10.2f}")
+    if final.get("schedule/chunks"):
+        line = (f"schedule: {final['schedule/chunks']} chunks decided, {final['schedule/fallbacks']} fallbacks, "
+                f"trainer wait {final['schedule/trainer_wait_sec']:.1f}s")
+        if "schedule/cost_reduction" in final:
+            line += f", S-cost reduction vs stream order {final['schedule/cost_reduction']:.0%} (mean per chunk)"
+        if "schedule/skipped_samples" in final:
+            line += f", {final['schedule/skipped_samples']} samples not selected"
+        print(line)
     quality = report.get("data_quality") or {}
     if quality:
         print(f"data: {quality.get('total_good', '?')} good records, {quality.get('total_bad', '?')} bad "

@@ -54,11 +54,9 @@ class TrialRow:
 
 
 def gamma_changes_order(cfg: RunConfig) -> str:
-    """``yes`` (lookahead), ``no`` (Taylor estimators: γ only scales S) or ``n/a`` (no D3)."""
-    influence = getattr(cfg.schedule, "influence", None)
-    if influence is None:
-        return "n/a"
-    return "yes" if influence.estimator == "lookahead" else "no"
+    """``yes`` (exact look-ahead), ``no`` (Taylor estimators: γ only scales S) or ``n/a`` (the scheduler
+    has no γ), as the scheduler's config declares it."""
+    return cfg.schedule.summary_fields().get("gamma_changes_order", "n/a")
 
 
 def _finite(value: Any) -> float | None:
@@ -119,7 +117,7 @@ def best_row(rows: Sequence[TrialRow], mode: str) -> TrialRow | None:
 
 def table(rows: Sequence[TrialRow], keys: Sequence[str], metric: str) -> tuple[list[str], list[list[Any]]]:
     """Header and cells of the results table (rows as given)."""
-    show_gamma = len({getattr(getattr(r.cfg.schedule, "influence", None), "gamma", None) for r in rows}) > 1
+    show_gamma = any(k.endswith("gamma") for k in keys)  # the sweep varies γ
     header = ["trial_id", "status", *keys, metric, "step", "train.steps", *EXTRA_COLUMNS]
     if show_gamma:
         header.append("gamma_changes_order")

@@ -35,6 +35,7 @@ import yaml
 
 from d3ray.config import RunConfig
 from d3ray.config_loading import ConfigError, from_dict, to_dict
+from d3ray.schedule.config import resources_total
 from d3ray.tune.config import STEP_ATTR, SweepConfig, is_uri
 from d3ray.tune.results import (
     TrialRow,
@@ -133,13 +134,13 @@ def _absolute(path: str) -> str:
 
 
 def trial_resources(cfg: RunConfig, driver_cpus: float) -> dict[str, float]:
-    """Resources one trial holds at once: driver, trainers, Ray Data, and the D3 actors if any.
+    """Resources one trial holds at once: driver, trainers, Ray Data, and the scheduler's actors.
 
-    CPU = driver + workers·cpus_per_worker + read task + tokenizers·tokenize_cpus
-          (+ influence actors·influence_num_cpus + solvers·solver CPUs);
-    GPU = workers·gpus_per_worker (+ influence actors·influence_num_gpus); custom resources likewise.
+    CPU = driver + workers·cpus_per_worker + read task + tokenizers·tokenize_cpus + the scheduler's
+    actors (``schedule.actor_requests()``: D3's influence and solver actors, scoring actors, ...);
+    GPU = workers·gpus_per_worker + the scheduler's actors'; custom resources likewise.
     """
-    t, d, s = cfg.train, cfg.data, cfg.schedule
+    t, d = cfg.train, cfg.data
     need: dict[str, float] = {
         "CPU": driver_cpus
         + t.num_workers * t.cpus_per_worker
@@ -147,15 +148,8 @@ def trial_resources(cfg: RunConfig, driver_cpus: float) -> dict[str, float]:
         + d.tokenize_actors * d.tokenize_cpus,
         "GPU": t.num_workers * t.gpus_per_worker,
     }
-    if hasattr(s, "influence_actors"):  # D3: influence actors and the solver pool
-        need["CPU"] += (
-            s.influence_actors * s.influence_num_cpus + s.solver_pool.num_actors * s.solver_pool.num_cpus
-        )
-        need["GPU"] += s.influence_actors * s.influence_num_gpus
-        for name, amount in s.influence_resources.items():
-            need[name] = need.get(name, 0.0) + s.influence_actors * amount
-        for name, amount in s.solver_pool.resources.items():
-            need[name] = need.get(name, 0.0) + s.solver_pool.num_actors * amount
+    for name, amount in resources_total(cfg.schedule.actor_requests()).items():
+        need[name] = need.get(name, 0.0) + amount
     return {k: v for k, v in need.items() if v > 0}
 
 
@@ -302,7 +296,7 @@ def run_sweep(sweep: SweepConfig, resume: bool | None = None) -> SweepOutcome:
     """
     import ray
 
-    from d3ray.train.run import start_ray, worker_env
+    from d3ray.cluster import start_ray, worker_env
 
     base, axes, configs = prepare(sweep)
     directory = sweep_dir(sweep)

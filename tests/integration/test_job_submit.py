@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from d3ray.train.metrics import read_jsonl
+from d3ray.run_files import read_jsonl
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]

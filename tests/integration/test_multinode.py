@@ -14,8 +14,9 @@ import pytest
 
 from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
-from d3ray.train.metrics import read_jsonl
+from d3ray.faults import FaultPlan, marker, write_plan
 from tests.accounting import assert_exactly_once_in_logged_order, produce_chunks
+from tests.conftest import make_corpus
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -26,15 +27,9 @@ def test_multinode_actors_follow_resources_and_node_loss_keeps_exactly_once(tmp_
     import ray
     from ray.cluster_utils import Cluster
 
-    from d3ray.data.config import DataConfig
-    from d3ray.data.sample import write_sample_corpus
-    from d3ray.data.shards import list_shards
-    from d3ray.data.tokenizer import ensure_tokenizer
     from d3ray.train.run import run_pretrain
 
-    write_sample_corpus(tmp_path / "data", seed=3, train_docs=300, validation_docs=70, train_shards=2)
-    data = DataConfig(train_paths=[str(tmp_path / "data" / "train")], seq_len=64)
-    tokenizer = ensure_tokenizer(data, list_shards(data.train_paths), tmp_path)
+    _, tokenizer = make_corpus(tmp_path, seed=3, train_docs=300, validation_docs=70, train_shards=2)
 
     ray.shutdown()  # this test brings its own cluster; the next Ray test restarts the shared one
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 3, "resources": {"trainer_node": 2}})
@@ -50,24 +45,29 @@ def test_multinode_actors_follow_resources_and_node_loss_keeps_exactly_once(tmp_
             "--train.num_workers=2", "--train.resources_per_worker={trainer_node: 1}", "--train.eval_every=0",
             "--eval.max_sequences_per_domain=2",
             "--schedule.type=d3", f"--schedule.L={L}", "--schedule.influence.sketch.k=128",
-            "--schedule.influence.sample_fraction=0.5", "--schedule.deadline_s=60",
+            "--schedule.influence.sample_fraction=0.5", "--schedule.deadline_s=3600",
             "--schedule.influence_num_cpus=0.5", "--schedule.influence_resources={influence_node: 0.5}",
             "--schedule.influence_nice=18",
             "--schedule.solver_pool.num_cpus=0.25", "--schedule.solver_pool.resources={solver_node: 0.5}",
         ])
         chunks = produce_chunks(cfg, STEPS)
         removed: dict[str, str] = {}
+        # The influence actor holds while scoring chunk 2 (a fault drill): its node is removed then,
+        # at a known point, before the run can finish.
+        write_plan(cfg.run_dir, FaultPlan(influence_hold_at_chunk=2))
+        holding = marker(cfg.run_dir, "influence_hold_at_chunk_2")
 
         def remove_influence_node() -> None:
-            """Once the first chunk is trained, remove the worker node that hosts the influence actor."""
+            """Once the influence actor holds in chunk 2, remove the worker node that hosts it."""
             deadline = time.monotonic() + 600
-            while time.monotonic() < deadline and len(read_jsonl(cfg.run_dir / "schedule_log.jsonl")) < 2:
-                time.sleep(0.5)
+            while time.monotonic() < deadline and not holding.exists():
+                time.sleep(0.05)
             actor = ray.get_actor("d3ray:multinode:influence:0")
             node_id = ray.get(actor.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()))
             victim = next(w for w in workers if w.node_id == node_id)
             cluster.remove_node(victim)
             removed["node"] = node_id
+            marker(cfg.run_dir, "release_influence_hold_2").touch()  # the restarted actor does not hold again
 
         killer = threading.Thread(target=remove_influence_node, daemon=True)
         killer.start()
@@ -76,7 +76,8 @@ def test_multinode_actors_follow_resources_and_node_loss_keeps_exactly_once(tmp_
 
         assert final["steps"] == STEPS
         assert "node" in removed, "the influence node was removed mid-run"
-        assert_exactly_once_in_logged_order(cfg.run_dir, chunks, STEPS, L)
+        schedule = assert_exactly_once_in_logged_order(cfg.run_dir, chunks, STEPS, L)
+        assert schedule[2]["fallback"] is False, "the restarted influence actor scored chunk 2 after the node loss"
         placement = json.loads((cfg.run_dir / "placement.json").read_text())
         survivor = next(w.node_id for w in workers if w.node_id != removed["node"])
         assert placement["influence"] == [survivor], "the restarted influence actor moved to the surviving node"

@@ -14,7 +14,9 @@ import pytest
 
 from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
-from d3ray.train.metrics import read_jsonl
+from d3ray.faults import FaultPlan, write_plan
+from d3ray.run_files import read_jsonl
+from tests.conftest import make_corpus
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -24,16 +26,7 @@ STEPS = 24
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """A generated SlimPajama-format corpus and a tokenizer trained on it, shared by both runs."""
-    from d3ray.data.config import DataConfig
-    from d3ray.data.sample import write_sample_corpus
-    from d3ray.data.shards import list_shards
-    from d3ray.data.tokenizer import ensure_tokenizer
-
-    root = tmp_path_factory.mktemp("corpus")
-    write_sample_corpus(root / "data", seed=1, train_docs=700, validation_docs=70, train_shards=3)
-    data = DataConfig(train_paths=[str(root / "data" / "train")], seq_len=64)
-    tokenizer = ensure_tokenizer(data, list_shards(data.train_paths), root)
-    return root / "data", tokenizer
+    return make_corpus(tmp_path_factory.mktemp("corpus"), seed=1, train_docs=700, validation_docs=70, train_shards=3)
 
 
 def run_config(corpus, out, name, *extra):
@@ -54,7 +47,7 @@ def losses_by_step(run_dir):
 
 
 def trained_samples(run_dir):
-    rows = read_jsonl(run_dir / "samples.jsonl")
+    rows = [r for r in read_jsonl(run_dir / "samples.jsonl") if "sample_ids" in r]
     assert [r["step"] for r in rows] == list(range(1, len(rows) + 1)), "one row per step, no gaps or repeats"
     return [sid for r in rows for sid in r["sample_ids"]]
 
@@ -75,7 +68,8 @@ def test_pretrain_zero2_two_workers_loss_falls_and_kill_resume_matches(ray_clust
     assert len(ref_samples) == len(set(ref_samples)) == STEPS * 8
 
     # 2. same run, killed at step 14 (checkpoints every chunk of 4 steps → last one at step 12)
-    crash_cfg = run_config(corpus, tmp_path, "killed", "--train.fail_at_step=14", "--train.max_failures=0")
+    crash_cfg = run_config(corpus, tmp_path, "killed", "--train.max_failures=0")
+    write_plan(crash_cfg.run_dir, FaultPlan(trainer_exit_at_step=14))
     from ray.train import WorkerGroupError
 
     with pytest.raises(WorkerGroupError):
@@ -84,6 +78,7 @@ def test_pretrain_zero2_two_workers_loss_falls_and_kill_resume_matches(ray_clust
     assert max(r["step"] for r in partial) == 14
 
     # 3. re-run under the same name: resumes from the step-12 checkpoint
+    (crash_cfg.run_dir / "faults.json").unlink()
     resumed = run_pretrain(run_config(corpus, tmp_path, "killed"))
     assert resumed["steps"] == STEPS
     assert trained_samples(crash_cfg.run_dir) == ref_samples

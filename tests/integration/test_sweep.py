@@ -15,9 +15,9 @@ import pytest
 
 from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
-from d3ray.train.metrics import read_jsonl
+from d3ray.run_files import read_jsonl
 from d3ray.tune.config import SweepConfig
-from tests.conftest import REPO
+from tests.conftest import REPO, make_corpus
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -27,16 +27,8 @@ STEPS = 8
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """A small generated corpus and its tokenizer, shared by the trials (no per-trial BPE training)."""
-    from d3ray.data.config import DataConfig
-    from d3ray.data.sample import write_sample_corpus
-    from d3ray.data.shards import list_shards
-    from d3ray.data.tokenizer import ensure_tokenizer
-
-    root = tmp_path_factory.mktemp("sweep_corpus")
-    write_sample_corpus(root / "data", seed=3, train_docs=300, validation_docs=70, train_shards=2)
-    data = DataConfig(train_paths=[str(root / "data" / "train")], seq_len=64)
-    tokenizer = ensure_tokenizer(data, list_shards(data.train_paths), root)
-    return root / "data", tokenizer
+    return make_corpus(tmp_path_factory.mktemp("sweep_corpus"), seed=3, train_docs=300, validation_docs=70,
+                       train_shards=2)
 
 
 def tiny_sweep(corpus, storage) -> SweepConfig:

@@ -1,4 +1,4 @@
-"""The compiled kernels of d3ray.solver.kernels against the numpy reference of d3ray.solver.problem."""
+"""The compiled kernels of d3ray.solver.kernels against the numpy oracle of tests/solver_oracle.py."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from d3ray.solver import kernels
-from d3ray.solver.problem import insertion_delta_matrix, insertion_deltas, ordering_cost
+from d3ray.solver.problem import ordering_cost
 from tests.property.test_solver_properties import advantages
+from tests.solver_oracle import insertion_delta_matrix, insertion_deltas, reference_cost
 
 
 def _permutation(K: int, data: st.DataObject) -> np.ndarray:
@@ -19,7 +20,7 @@ def _permutation(K: int, data: st.DataObject) -> np.ndarray:
 @given(S=advantages(max_k=9), data=st.data())
 def test_order_cost_and_best_insertion_match_numpy(S: np.ndarray, data: st.DataObject) -> None:
     order = _permutation(S.shape[0], data)
-    assert np.isclose(kernels.order_cost(S, order), ordering_cost(S, order), rtol=1e-12, atol=1e-12)
+    assert np.isclose(kernels.order_cost(S, order), reference_cost(S, order), rtol=1e-12, atol=1e-12)
     for p in range(S.shape[0]):
         q, delta = kernels.best_insertion(S, order, p)
         deltas = insertion_deltas(S, order, p)

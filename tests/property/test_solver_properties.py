@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from d3ray.solver import SolverConfig, insertion_delta_matrix, ordering_cost, solve_exact, swap_delta
-from d3ray.solver.problem import apply_insertion
+from d3ray.solver import SolverConfig, ordering_cost, solve_exact, swap_delta
+from tests.solver_oracle import apply_insertion, insertion_delta_matrix
 from tests.unit.test_solver_exact import brute_force_cost
 
 FAST = {"ils": {"max_iters": 10}, "rsr": {"max_iters": 300}}

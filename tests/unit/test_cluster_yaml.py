@@ -79,7 +79,7 @@ def test_cluster_yaml_pins_installed_ray_and_installs_d3ray_everywhere(name):
     _, raw = load(name)
     setup = " ".join(raw["setup_commands"])  # setup_commands run on every node, head and workers
     pins = re.findall(r'"ray\[[\w,]+\]==([\d.]+)"', setup)
-    assert pins == ["2.60.0"] and ray.__version__.startswith("2.60"), (pins, ray.__version__)
+    assert pins == [ray.__version__], "the cluster runs the Ray this project is tested with"
     assert {"default", "train", "tune", "data"} <= set(
         re.search(r'"ray\[([\w,]+)\]', setup).group(1).split(",")
     )

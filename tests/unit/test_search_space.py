@@ -18,7 +18,7 @@ from d3ray.tune.search_space import (
     tune_param_space,
     validate_space,
 )
-from d3ray.tune.sweep import derive_max_concurrent_trials, prepare, trial_resources
+from d3ray.tune.sweep import derive_max_concurrent_trials, prepare
 from tests.conftest import REPO
 
 BASE = {"schedule": {"type": "random"}}
@@ -144,6 +144,7 @@ def test_validate_space_builds_each_distinct_candidate_config():
 def test_k_L_gamma_yaml_gamma_axis_uses_lookahead_and_k_axis_hutchinson():
     sweep = load_config(SweepConfig, REPO / "tune_configs" / "k_L_gamma.yaml")
     _, axes, configs = prepare(sweep)
+    configs = [c for c in configs if c.schedule.L in (12, 24, 48)]  # the trials (not the base, also validated)
     grids = {a.key: a for a in axes if a.kind == "grid"}
     assert set(grids) == {"schedule.L", "schedule.influence"}
     assert len(grids["schedule.L"].values) * len(grids["schedule.influence"].values) == 15
@@ -154,8 +155,6 @@ def test_k_L_gamma_yaml_gamma_axis_uses_lookahead_and_k_axis_hutchinson():
     assert {c.schedule.influence.estimator for c in taylor} == {"hutchinson"}
     assert {c.schedule.influence.sketch.k for c in taylor} == {512, 3500}
     assert {c.schedule.influence.gamma for c in taylor} == {1e-3}, "γ is not varied where it cannot matter"
-    header = (REPO / "tune_configs" / "k_L_gamma.yaml").read_text().split("\nname:")[0]
-    assert "CANNOT change the order" in header and "gamma_changes_order" in header
     assert all(c.train.eval_every % c.schedule.L == 0 for c in configs), "each eval lands on a report"
 
 
@@ -163,28 +162,6 @@ def test_tiny_yaml_two_trials_validate():
     sweep = load_config(SweepConfig, REPO / "tune_configs" / "tiny.yaml")
     _, axes, configs = prepare(sweep)
     assert [a.key for a in axes if a.varies] == ["schedule.L"] and len(configs) == 2
-
-
-def test_trial_resources_tiny_and_d3_counts_every_actor():
-    tiny = load_config(RunConfig, REPO / "jobs" / "configs" / "tiny.yaml")
-    assert trial_resources(tiny, 0.01) == pytest.approx({"CPU": 0.01 + 2 * 0.5 + 1 + 1})
-    d3 = load_config(
-        RunConfig,
-        None,
-        [
-            "--schedule.type=d3",
-            "--train.gpus_per_worker=1",
-            "--schedule.influence_actors=2",
-            "--schedule.influence_num_gpus=0.25",
-            "--schedule.influence_num_cpus=1",
-            "--schedule.solver_pool.num_actors=3",
-            "--schedule.solver_pool.num_cpus=1",
-            "--schedule.solver_pool.resources={solver_node: 1}",
-        ],
-    )
-    assert trial_resources(d3, 0.01) == pytest.approx(
-        {"CPU": 0.01 + 2 * 0.5 + 1 + 1 + 2 + 3, "GPU": 2 + 0.5, "solver_node": 3}
-    )
 
 
 @pytest.mark.parametrize(

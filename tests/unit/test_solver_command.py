@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from d3ray.errors import UserError
 from d3ray.solver import command
 
 
@@ -58,14 +59,7 @@ def test_solve_npy_matrix_with_time_budget(tmp_path: Path, capsys: pytest.Captur
     assert out["forward_weight"] == pytest.approx(C.sum())
 
 
-def test_solve_wrong_count_exits_with_message(tmp_path: Path) -> None:
-    path = tmp_path / "bad.txt"
-    path.write_text("3\n1 2 3\n4 5 6\n")
-    with pytest.raises(SystemExit, match="needs 9 numbers after it, found 6"):
-        _run(["solve", str(path)])
-
-
-def test_solve_exact_too_large_exits_with_message(tmp_path: Path) -> None:
+def test_solve_exact_too_large_is_a_user_error(tmp_path: Path) -> None:
     np.save(tmp_path / "big.npy", np.zeros((21, 21)) + np.triu(np.ones((21, 21)), 1))
-    with pytest.raises(SystemExit, match="K <= 20"):
+    with pytest.raises(UserError, match="K <= 20"):
         _run(["solve", str(tmp_path / "big.npy"), "--solver", "exact"])

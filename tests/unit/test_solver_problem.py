@@ -5,16 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from d3ray.solver.problem import (
-    apply_insertion,
-    apply_swap,
-    check_order,
-    insertion_delta_matrix,
-    insertion_deltas,
-    ordering_cost,
-    swap_delta,
-    validate_advantage,
-)
+from d3ray.solver.problem import check_order, ordering_cost, swap_delta, validate_advantage
+from tests.solver_oracle import apply_insertion, apply_swap, insertion_delta_matrix, insertion_deltas
 
 
 def _random_advantage(K: int, seed: int) -> np.ndarray:

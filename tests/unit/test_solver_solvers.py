@@ -10,7 +10,6 @@ import pytest
 
 from d3ray.config_loading import ConfigError, from_dict
 from d3ray.solver import (
-    DEFAULT_SOLVER,
     GreedyInsertionConfig,
     IlsConfig,
     RowSumConfig,
@@ -57,7 +56,6 @@ def test_solver_contract_permutation_no_worse_than_init_not_better_than_exact(na
     assert result.initial_cost == pytest.approx(ordering_cost(S, init), abs=1e-9)
     assert result.cost <= result.initial_cost + 1e-9
     assert result.cost >= solve_exact(S)[1] - 1e-9
-    assert result.seconds > 0
     assert result.stats["solver"] == name
     assert not result.flagged_zero
 
@@ -85,12 +83,6 @@ def test_solver_non_antisymmetric_s_raises(name: str) -> None:
         _config(name).build().solve(np.ones((3, 3)))
 
 
-def test_solve_default_config_is_ils() -> None:
-    result = solve(_gaussian(10, 5))
-    assert DEFAULT_SOLVER == "ils"
-    assert result.stats["solver"] == "ils"
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_ils_planted_order_small_noise_recovered(seed: int) -> None:
     S, hidden = _planted(40, noise=0.3, seed=seed)
@@ -108,10 +100,13 @@ def test_ils_beats_rsr_on_gaussian_k60() -> None:
     assert solve(S).cost < solve(S, RsrConfig()).cost
 
 
-def test_ils_time_budget_stops_early() -> None:
+def test_ils_time_budget_alone_stops_an_unbounded_search_with_a_valid_order() -> None:
+    # No iteration or patience limit: only the clock can stop it, however fast or loaded the box.
     result = solve(_gaussian(200, 8), IlsConfig(max_iters=None, patience=None, time_budget_s=0.05))
     assert result.stats["stopped_by"] == "time"
-    assert result.cost < result.initial_cost
+    assert sorted(result.order.tolist()) == list(range(200))
+    assert result.cost == pytest.approx(ordering_cost(_gaussian(200, 8), result.order), abs=1e-9)
+    assert result.cost <= result.initial_cost
 
 
 def test_row_sum_order_rank_two_structure_is_optimal() -> None:
@@ -129,11 +124,14 @@ def test_greedy_insertion_three_cycle_breaks_lightest_edge() -> None:
     assert ordering_cost(S, order) == 1.0
 
 
-def test_greedy_insertion_row_sum_sequence_differs_from_initial() -> None:
+def test_greedy_insertion_row_sum_sequence_ignores_the_initial_order() -> None:
+    # The row-sum sequence depends on S alone (no ties in a Gaussian S); the initial sequence is the init.
     S = _gaussian(30, 9)
-    by_init = solve(S, GreedyInsertionConfig(sequence="initial"))
-    by_rows = solve(S, GreedyInsertionConfig(sequence="row_sum"))
-    assert by_init.cost != by_rows.cost
+    inits = [np.random.default_rng(s).permutation(30) for s in (1, 2)]
+    by_rows = [solve(S, GreedyInsertionConfig(sequence="row_sum"), init=i).order.tolist() for i in inits]
+    assert by_rows[0] == by_rows[1] == greedy_insertion_order(S, row_sum_order(S)).tolist()
+    by_init = solve(S, GreedyInsertionConfig(sequence="initial"), init=inits[0]).order
+    assert by_init.tolist() == greedy_insertion_order(S, inits[0]).tolist()
 
 
 def test_rsr_starts_from_row_sum_and_improves_it() -> None:

@@ -66,18 +66,19 @@ def test_format_table_gamma_column_and_note_when_gamma_varies():
     d3 = ["--schedule.type=d3"]
     gamma_rows = [
         trial_row(
-            "a", {}, cfg(*d3, "--schedule.influence.gamma=0.01"), {"step": 8, METRIC: 6.0}, None, METRIC
+            "a", {"schedule.influence.gamma": 0.01}, cfg(*d3, "--schedule.influence.gamma=0.01"),
+            {"step": 8, METRIC: 6.0}, None, METRIC
         ),
         trial_row(
             "b",
-            {},
+            {"schedule.influence.gamma": 0.1},
             cfg(*d3, "--schedule.influence.gamma=0.1", "--schedule.influence.estimator=lookahead"),
             {"step": 8, METRIC: 6.1},
             None,
             METRIC,
         ),
     ]
-    text = format_table(gamma_rows, [], METRIC)
+    text = format_table(gamma_rows, ["schedule.influence.gamma"], METRIC)
     header, first, second = text.splitlines()[:3]
     assert "gamma_changes_order" in header and first.split()[-1] == "no" and second.split()[-1] == "yes"
     assert "only scales S" in text.splitlines()[-1]

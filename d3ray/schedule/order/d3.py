@@ -22,16 +22,25 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from d3ray import faults
+from d3ray.data.labels import lm_labels
 from d3ray.influence.config import InfluenceConfig
 from d3ray.influence.worker import InfluenceWorker
+from d3ray.run_files import route_logs_to_run_dir
 from d3ray.schedule.chunker import Chunk
-from d3ray.schedule.config import D3ScheduleConfig
-from d3ray.schedule.scheduler import ChunkDecision, DecidedOrder, PendingOrder
+from d3ray.schedule.order.configs import D3ScheduleConfig
+from d3ray.schedule.scheduler import (
+    BuildContext,
+    ChunkDecision,
+    ChunkFeedback,
+    Decided,
+    PendingDecision,
+    SubmitContext,
+)
 from d3ray.solver import ordering_cost, row_sum_order
 from d3ray.solver.pool import SolverWorker
 
@@ -41,26 +50,26 @@ logger = logging.getLogger(__name__)
 class ChunkInfluenceWorker(InfluenceWorker):
     """An InfluenceWorker that reads the chunk's ``GlobalBatch`` objects by reference."""
 
-    def __init__(self, model_config: dict[str, Any], config: InfluenceConfig, nan_batches: list[int],
-                 crash_at_chunk: int | None = None, fault_dir: str | None = None, nice: int = 0) -> None:
+    def __init__(self, model_config: dict[str, Any], config: InfluenceConfig, run_dir: str | None,
+                 index: int, nice: int = 0) -> None:
         current = os.nice(0)
         if nice > current:  # background priority: yield the cores to the trainers (D3ScheduleConfig.influence_nice)
             os.nice(nice - current)
+        if run_dir is not None:
+            route_logs_to_run_dir(run_dir, f"influence-{index}")
         super().__init__(model_config, config)
-        self.nan_batches = set(nan_batches)
-        self.crash_at_chunk = crash_at_chunk
-        self.fault_dir = fault_dir
+        self.run_dir = run_dir
+        self.plan = faults.load_plan(run_dir) if index == 0 else faults.FaultPlan()
 
     def _maybe_crash(self, chunk_id: int) -> None:
-        """Fault injection: exit the process once (a marker file survives the restart)."""
-        if self.crash_at_chunk is None or chunk_id != self.crash_at_chunk or self.fault_dir is None:
+        if self.run_dir is None:
             return
-        marker = Path(self.fault_dir) / f"influence_crash_{chunk_id}"
-        if not marker.exists():
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.touch()
-            logger.warning("fault injection: influence actor exits while scoring chunk %d", chunk_id)
-            os._exit(1)
+        if self.plan.influence_exit_at_chunk == chunk_id:
+            faults.exit_once(self.run_dir, f"influence_exit_at_chunk_{chunk_id}",
+                             f"influence actor exits while scoring chunk {chunk_id}")
+        if self.plan.influence_hold_at_chunk == chunk_id:
+            faults.hold_once(self.run_dir, f"influence_hold_at_chunk_{chunk_id}", f"release_influence_hold_{chunk_id}",
+                             f"influence actor holds while scoring chunk {chunk_id}")
 
     def _as_inputs(self, batch_refs: list, batch_ids: list[int]) -> list[dict[str, np.ndarray]]:
         import ray
@@ -68,9 +77,8 @@ class ChunkInfluenceWorker(InfluenceWorker):
         out = []
         for batch, bid in zip(ray.get(list(batch_refs)), batch_ids, strict=True):
             ids = np.asarray(batch.input_ids, dtype=np.int64)
-            labels = ids.copy()
-            labels[np.arange(ids.shape[1])[None, :] >= np.asarray(batch.n_tokens)[:, None]] = -100
-            if bid in self.nan_batches:
+            labels = lm_labels(ids, batch.n_tokens, batch.loss_mask)
+            if bid in self.plan.influence_nan_batches:
                 labels[:] = -100  # mean over zero scored tokens: NaN loss, as a corrupt batch would give
             out.append({"input_ids": ids, "labels": labels})
         return out
@@ -100,21 +108,17 @@ class ChunkInfluenceWorker(InfluenceWorker):
         return self.lookahead_matrix(weights, self._as_inputs(batch_refs, batch_ids), batch_ids, rows=rows)
 
 
-class CrashingSolverWorker(SolverWorker):
-    """A SolverWorker that exits its process once when asked to order one chunk (fault drills)."""
+class DrillSolverWorker(SolverWorker):
+    """A SolverWorker that runs the run's solver fault drill (``faults.json``: solver_exit_at_chunk)."""
 
-    def __init__(self, config, crash_at_chunk: int, fault_dir: str) -> None:
+    def __init__(self, config, run_dir: str, exit_at_chunk: int) -> None:
         super().__init__(config)
-        self.crash_at_chunk = crash_at_chunk
-        self.fault_dir = fault_dir
+        self.run_dir = run_dir
+        self.exit_at_chunk = exit_at_chunk
 
     def solve(self, key, S, init=None, seed=0):
-        marker = Path(self.fault_dir) / f"solver_crash_{key}"
-        if key == self.crash_at_chunk and not marker.exists():
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.touch()
-            logger.warning("fault injection: solver actor exits while ordering chunk %s", key)
-            os._exit(1)
+        if key == self.exit_at_chunk:
+            faults.exit_once(self.run_dir, f"solver_exit_at_chunk_{key}", f"solver actor exits while ordering chunk {key}")
         return super().solve(key, S, init, seed)
 
 
@@ -145,31 +149,31 @@ def assemble_influence(estimator: str, gamma: float, batch_ids: list[int], *part
 class D3Scheduler:
     """Owns the influence actors and the solver pool of a run (created in the driver, used by the coordinator)."""
 
-    needs_weights = True
-
-    def __init__(self, cfg: D3ScheduleConfig, seed: int, model_config: dict[str, Any], run_name: str,
-                 fault_dir: str | None = None) -> None:
+    def __init__(self, cfg: D3ScheduleConfig, ctx: BuildContext) -> None:
         import ray
 
         self.cfg = cfg
-        self.seed = seed
+        self.seed = ctx.seed
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        # Own resources, never a Tune trial's placement group (which holds only its driver).
         opts: dict[str, Any] = dict(num_cpus=cfg.influence_num_cpus, max_restarts=cfg.influence_max_restarts,
-                                    max_task_retries=cfg.influence_max_restarts)
+                                    max_task_retries=cfg.influence_max_restarts,
+                                    scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=None))
         if cfg.influence_num_gpus:
             opts["num_gpus"] = cfg.influence_num_gpus
         if cfg.influence_resources:
             opts["resources"] = dict(cfg.influence_resources)
         remote = ray.remote(ChunkInfluenceWorker)
         self.influence_actors = [
-            remote.options(name=f"d3ray:{run_name}:influence:{i}", get_if_exists=False, **opts)
-            .remote(model_config, cfg.influence, list(cfg.inject_nan_batches),
-                    cfg.crash_influence_at_chunk if i == 0 else None, fault_dir, cfg.influence_nice)
+            remote.options(name=f"d3ray:{ctx.run_name}:influence:{i}", get_if_exists=False, **opts)
+            .remote(ctx.model_config, cfg.influence, ctx.run_dir, i, cfg.influence_nice)
             for i in range(cfg.influence_actors)
         ]
-        if cfg.crash_solver_at_chunk is not None and fault_dir is not None:
+        drill = faults.load_plan(ctx.run_dir).solver_exit_at_chunk
+        if drill is not None:
             self.solver_pool = cfg.solver_pool.build(
-                cfg.solver, worker_cls=CrashingSolverWorker,
-                worker_kwargs={"crash_at_chunk": cfg.crash_solver_at_chunk, "fault_dir": fault_dir})
+                cfg.solver, worker_cls=DrillSolverWorker, worker_kwargs={"run_dir": ctx.run_dir, "exit_at_chunk": drill})
         else:
             self.solver_pool = cfg.solver_pool.build(cfg.solver)
         self._assemble = ray.remote(num_cpus=0, max_retries=2)(assemble_influence)
@@ -178,15 +182,16 @@ class D3Scheduler:
         self._keeps_reference = (len(self.influence_actors) > 1 and cfg.influence.control_variate
                                  and cfg.influence.estimator != "lookahead")
 
-    def submit(self, chunk: Chunk, batch_refs: tuple, weights: list | None) -> PendingOrder:
+    def submit(self, chunk: Chunk, batch_refs: tuple, context: SubmitContext) -> PendingDecision:
         n = chunk.size
-        if weights is None:
-            return DecidedOrder(_fallback(chunk, None, "no weights snapshot published in time"))
+        if context.weights is None:
+            return Decided(_fallback(chunk, None, "no weights snapshot published in time"))
         refs = list(batch_refs)
         if len(refs) != n:
             raise ValueError(f"chunk {chunk.chunk_id}: expected {n} batch refs, got {len(refs)}")
-        ids = [chunk.chunk_id * self.cfg.L + i for i in range(n)]
+        ids = list(chunk.batch_ids)
         actors = self.influence_actors
+        weights = context.weights
         started = time.perf_counter()
         if self.cfg.influence.estimator == "lookahead":
             parts = [a.lookahead_chunk.remote(chunk.chunk_id, weights, refs, ids, ids[k::len(actors)])
@@ -203,6 +208,25 @@ class D3Scheduler:
             self._reference = [next_reference]  # the next chunk's reference: this chunk's mean directions
         solve_ref = self.solver_pool.submit(chunk.chunk_id, S_ref, seed=self.seed * 1_000_003 + chunk.chunk_id)
         return D3Pending(self.cfg, chunk.chunk_id, n, S_ref, info_ref, solve_ref, started)
+
+    def observe(self, feedback: ChunkFeedback) -> None:
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        return None
+
+    def actors(self) -> dict[str, list[Any]]:
+        return {"influence": list(self.influence_actors), "solver": list(self.solver_pool.actors)}
+
+    def close(self) -> None:
+        import ray
+
+        self.solver_pool.shutdown()
+        for actor in self.influence_actors:
+            ray.kill(actor)
 
 
 def _fallback(chunk_or_n: Any, S: np.ndarray | None, reason: str, record: dict | None = None) -> ChunkDecision:

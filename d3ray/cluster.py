@@ -1,0 +1,43 @@
+"""Connecting to Ray: start or join a cluster, and the environment every worker and actor gets.
+
+Used by every entry point that starts Ray (``d3ray pretrain``, ``d3ray sweep``, the benchmarks).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from d3ray.config import RayClusterConfig, RunConfig
+
+RAY_DATA_LOGGING = Path(__file__).with_name("ray_data_logging.yaml")
+
+
+def worker_env(cfg: RunConfig) -> dict[str, str]:
+    """Environment for Ray Train workers and actors (DeepSpeed on CPU, quiet Ray Data and Train)."""
+    env = {
+        "RAY_DATA_DISABLE_PROGRESS_BARS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": str(cfg.ray.health_check_interval_s),
+        "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",  # progress lines are printed once, not print + log
+        "RAY_DATA_LOGGING_CONFIG": str(RAY_DATA_LOGGING),  # Ray Data's INFO lines to its log file only
+    }
+    if not cfg.train.use_gpu:
+        env["DS_ACCELERATOR"] = "cpu"
+    return env
+
+
+def start_ray(ray_cfg: RayClusterConfig, env: dict[str, str]) -> bool:
+    """Connect to or start Ray; returns True if this call started it (so the caller shuts it down)."""
+    import ray
+
+    os.environ.update(env)  # a local instance's raylet (and so every actor) inherits these
+    if ray.is_initialized():
+        return False
+    if ray_cfg.address not in (None, "local"):
+        ray.init(address=ray_cfg.address)
+        return True
+    num_cpus = ray_cfg.num_cpus or max(4, os.cpu_count() or 1)
+    ray.init(num_cpus=num_cpus, log_to_driver=True, logging_level=logging.WARNING)
+    return True

@@ -1,0 +1,127 @@
+"""Configs of the order schedulers (registered on import; the schedulers are imported by ``build``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from d3ray.influence.config import InfluenceConfig
+from d3ray.schedule.config import ScheduleConfig
+from d3ray.schedule.scheduler import ActorRequest, BuildContext, Kind, Needs
+from d3ray.solver import IlsConfig, SolverConfig
+from d3ray.solver.pool import SolverPoolConfig
+
+
+@ScheduleConfig.register("d3")
+@dataclass(frozen=True, kw_only=True)
+class D3ScheduleConfig(ScheduleConfig):
+    """D3: order each chunk by sketched second-order influence (Xu et al. 2026, §3)."""
+
+    kind = Kind.ORDER
+    paper = "Xu et al. 2026, Dynamic Directional Graph-Constrained Data Scheduling (arXiv 2605.31164)"
+
+    influence: InfluenceConfig = field(default_factory=InfluenceConfig)
+    """Estimator, sketch, γ and cost knobs (sample_fraction, param_filter)."""
+    solver: SolverConfig = field(default_factory=IlsConfig)
+    """Ordering solver (``type: ils | rsr | row_sum | greedy_insertion | exact``)."""
+    solver_seed: int = 0
+    """Seed of the solver (combined with the chunk id)."""
+    solver_pool: SolverPoolConfig = field(default_factory=lambda: SolverPoolConfig(num_cpus=0.25))
+    """Solver actors: count, CPUs, custom resources (pin to CPU nodes), restarts."""
+    influence_actors: int = 1
+    """InfluenceWorker actors; a chunk's batches are split across them."""
+    influence_num_cpus: float = 1.0
+    """CPUs per influence actor."""
+    influence_num_gpus: float = 0.0
+    """GPUs per influence actor (fractional allowed, e.g. 0.25 to share a GPU with a trainer)."""
+    influence_resources: dict[str, float] = field(default_factory=dict)
+    """Custom resources per influence actor (e.g. {"gpu_node": 0.01})."""
+    influence_max_restarts: int = 2
+    """Restarts of a crashed influence actor (its in-flight task is retried on the new one)."""
+    influence_nice: int = 0
+    """OS niceness (0-19) influence actors run at, at least: raised to it, never lowered (Ray starts its
+    workers, trainers included, at 15). On CPU nodes shared with the trainers, 19 gives the trainers
+    the larger share of the cores: influence latency grows (hidden by staleness 1) and the training
+    steps it overlaps slow down less; 0 leaves Ray's value."""
+    save_matrices: bool = True
+    """Keep each chunk's S in the decision (rank 0 saves it under ``<run_dir>/influence/``)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0 <= self.influence_nice <= 19:
+            raise ValueError(f"schedule.influence_nice={self.influence_nice} must be in 0..19")
+        if self.influence_actors < 1:
+            raise ValueError(f"schedule.influence_actors={self.influence_actors} must be >= 1")
+
+    def needs(self) -> Needs:
+        return Needs(weights=True)
+
+    def actor_requests(self) -> list[ActorRequest]:
+        influence = {"CPU": self.influence_num_cpus, "GPU": self.influence_num_gpus, **self.influence_resources}
+        solver = {"CPU": self.solver_pool.num_cpus, **self.solver_pool.resources}
+        return [ActorRequest("influence", self.influence_actors, influence),
+                ActorRequest("solver", self.solver_pool.num_actors, solver)]
+
+    def summary_fields(self) -> dict[str, str]:
+        exact = self.influence.estimator == "lookahead"
+        return {"gamma_changes_order": "yes" if exact else "no"}
+
+    def build(self, ctx: BuildContext):
+        from d3ray.schedule.order.d3 import D3Scheduler
+
+        return D3Scheduler(self, ctx)
+
+
+@ScheduleConfig.register("curriculum")
+@dataclass(frozen=True, kw_only=True)
+class CurriculumScheduleConfig(ScheduleConfig):
+    """Curriculum learning within each chunk (Bengio et al. 2009; the D3 paper's easy→hard and
+    hard→easy baselines): the chunk's sequences sorted by difficulty, re-batched, and trained in
+    that order. Difficulty is the loss under the trainers' current weights (``reference: current``,
+    a self-paced curriculum) or under a fixed model directory (``reference: PATH``), scored one chunk
+    ahead by a scoring actor."""
+
+    kind = Kind.ORDER
+    paper = "Bengio et al. 2009, Curriculum Learning (ICML); the D3 paper's curriculum baselines"
+
+    direction: Literal["easy_to_hard", "hard_to_easy"] = "easy_to_hard"
+    """Low difficulty (loss) first, or high first."""
+    reference: str = "current"
+    """``current`` (the trainers' weights of the chunk's version) or a local Hugging Face model
+    directory (e.g. one written by ``d3ray export``) that scores difficulty."""
+    scorer_num_cpus: float = 1.0
+    """CPUs of the scoring actor."""
+    scorer_num_gpus: float = 0.0
+    """GPUs of the scoring actor (fractional allowed)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.direction not in ("easy_to_hard", "hard_to_easy"):
+            raise ValueError(f"schedule.direction={self.direction!r} must be easy_to_hard or hard_to_easy")
+
+    def needs(self) -> Needs:
+        return Needs(weights=self.reference == "current")
+
+    def actor_requests(self) -> list[ActorRequest]:
+        return [ActorRequest("scorer", 1, {"CPU": self.scorer_num_cpus, "GPU": self.scorer_num_gpus})]
+
+    def build(self, ctx: BuildContext):
+        from d3ray.schedule.order.curriculum import CurriculumScheduler
+
+        return CurriculumScheduler(self, ctx)
+
+
+@ScheduleConfig.register("mtl")
+@dataclass(frozen=True, kw_only=True)
+class MtlScheduleConfig(ScheduleConfig):
+    """Multi-task learning baseline (the D3 paper's MTL; Caruana 1997): every batch mixes the
+    chunk's domains (tasks) in equal turns. The chunk's sequences are dealt round-robin over the
+    domains present, then cut into batches, so no domain ever trains in a block of its own."""
+
+    kind = Kind.ORDER
+    paper = "Caruana 1997, Multitask Learning (Machine Learning 28); the D3 paper's MTL baseline"
+
+    def build(self, ctx: BuildContext):
+        from d3ray.schedule.order.mtl import MtlScheduler
+
+        return MtlScheduler(ctx.seed)

@@ -1,0 +1,1 @@
+"""Weight schedulers: per-sample loss weights inside the step (loss-based reweighting)."""

@@ -1,0 +1,76 @@
+"""Dynamic loss-based sample reweighting (Sow et al., ICLR 2025), the in-step rule and its scheduler.
+
+Within a group of samples (here: one micro-batch, whose sequences do not depend on the number of
+workers), per-sample losses ℓ are normalised to [−δ, δ] by the group's min and max,
+
+    x_i = 2δ·ℓ_i / (ℓ_max − ℓ_min) − δ·(ℓ_max + ℓ_min) / (ℓ_max − ℓ_min),
+
+mapped by a strategy g (the paper's Table 1; DataFlex's Loss weighter):
+
+    linupper  g(x) = min(x + δ, δ)     (up-weights hard samples, caps the hardest: the paper's default)
+    uniform   g(x) = x
+    quadratic g(x) = 1 − x²/δ²        (down-weights both extremes)
+    extremes  g(x) = |x|              (up-weights both extremes)
+
+and turned into weights by a softmax with temperature r: w_i = exp(g(x_i)/r) / Σ_j exp(g(x_j)/r).
+The group's loss is Σ_i w_i·ℓ_i; d3ray writes it as the mean of (n·w_i)·ℓ_i, i.e. weights with mean
+1, so that a run without weighting is the special case w ≡ 1. The weights are computed from the
+step's own losses, detached (no gradient flows through them).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from d3ray.schedule.chunker import Chunk
+from d3ray.schedule.scheduler import (
+    ChunkDecision,
+    Decided,
+    LossWeighting,
+    StatelessScheduler,
+    SubmitContext,
+)
+
+STRATEGIES = ("linupper", "uniform", "quadratic", "extremes")
+
+
+def normalized_losses(losses: np.ndarray, delta: float) -> np.ndarray:
+    """Losses mapped affinely onto [−δ, δ] by their min and max (all 0 when they are all equal)."""
+    lo, hi = float(np.min(losses)), float(np.max(losses))
+    span = max(hi - lo, 1e-6)
+    return 2.0 * delta * losses / span - delta * (hi + lo) / span
+
+
+def strategy_scores(x: np.ndarray, strategy: str, delta: float) -> np.ndarray:
+    """g(x) of the strategy (see the module docstring)."""
+    if strategy == "linupper":
+        return np.minimum(x + delta, delta)
+    if strategy == "uniform":
+        return x
+    if strategy == "quadratic":
+        return 1.0 - x**2 / delta**2
+    if strategy == "extremes":
+        return np.abs(x)
+    raise ValueError(f"unknown loss-reweighting strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
+
+
+def loss_weights(losses: np.ndarray, strategy: str, delta: float = 1.0, temperature: float = 1.0) -> np.ndarray:
+    """Per-sample weights (mean 1) of one group's losses (n,) under ``strategy``."""
+    losses = np.asarray(losses, dtype=np.float64)
+    scores = strategy_scores(normalized_losses(losses, delta), strategy, delta) / temperature
+    e = np.exp(scores - scores.max())
+    return e / e.sum() * len(losses)
+
+
+class LossReweightHead(StatelessScheduler):
+    """Every chunk trains whole, under the in-step rule; the order stage orders it."""
+
+    def __init__(self, strategy: str, delta: float, temperature: float) -> None:
+        self.rule = LossWeighting(strategy, {"delta": delta, "temperature": temperature})
+
+    def submit(self, chunk: Chunk, batch_refs: tuple, context: SubmitContext) -> Decided:
+        return Decided(self.fallback(chunk, ""))
+
+    def fallback(self, chunk: Chunk, reason: str) -> ChunkDecision:
+        return ChunkDecision(order=tuple(range(chunk.size)), loss_weighting=self.rule,
+                             record={"scheduler": "loss_reweight", "strategy": self.rule.strategy})

@@ -1,0 +1,52 @@
+"""User errors on the command line: one or two lines on stderr naming what and where, exit status 2,
+no traceback (unless --debug)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from d3ray.cli import main
+from d3ray.errors import UserError
+
+
+def _fails(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The error's two lines (the message, the --debug hint), which end stderr; no traceback anywhere."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    message, hint = err.strip().splitlines()[-2:]
+    assert hint == "(add --debug for the traceback)"
+    return message
+
+
+def test_cli_unknown_config_key_names_the_key_and_the_known_ones(capsys, tmp_path: Path) -> None:
+    err = _fails(["pretrain", f"--output_dir={tmp_path}", "--train.stepz=3"], capsys)
+    assert err.startswith("d3ray pretrain: error: unknown key 'train.stepz' for TrainConfig; known keys:")
+    assert "steps" in err
+
+
+def test_cli_wrong_value_type_names_the_key_and_value(capsys, tmp_path: Path) -> None:
+    err = _fails(["pretrain", f"--output_dir={tmp_path}", "--train.steps=abc"], capsys)
+    assert "train.steps" in err and "'abc'" in err
+
+
+def test_cli_missing_data_path_is_reported_before_ray_starts(capsys, tmp_path: Path) -> None:
+    import ray
+
+    err = _fails(["pretrain", f"--output_dir={tmp_path}", f"--data.train_paths=[{tmp_path}/nonexistent]"], capsys)
+    assert f"no such file or folder: '{tmp_path}/nonexistent'" in err
+    assert not ray.is_initialized()
+
+
+def test_cli_bad_matrix_file_names_the_file(capsys, tmp_path: Path) -> None:
+    path = tmp_path / "bad.txt"
+    path.write_text("3\n1 2 3\n4 5 6\n")
+    err = _fails(["solve", str(path)], capsys)
+    assert err.startswith(f"d3ray solve: error: {path}: n = 3 needs 9 numbers after it, found 6")
+
+
+def test_cli_debug_shows_the_traceback(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="train.stepz"):
+        main(["pretrain", f"--output_dir={tmp_path}", "--train.stepz=3", "--debug"])

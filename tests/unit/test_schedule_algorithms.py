@@ -1,0 +1,123 @@
+"""Each scheduling rule on a case with a known answer, worked out by hand; bad configs name the field."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from d3ray.config import RunConfig
+from d3ray.config_loading import ConfigError, load_config
+from d3ray.lm_loss import sequence_losses, step_loss
+from d3ray.schedule.order.regroup import curriculum_groups, round_robin_groups
+from d3ray.schedule.scheduler import ChunkDecision, LossWeighting
+from d3ray.schedule.select.base import keep_count, top_k_decision
+from d3ray.schedule.staged import merge
+from d3ray.schedule.weight.loss_reweight import loss_weights
+
+E = math.e
+
+
+@pytest.mark.parametrize(
+    "strategy, unnormalised",
+    [
+        # losses 1, 2, 3 with δ = 1 normalise to x = -1, 0, 1; w ∝ exp(g(x))
+        ("linupper", [1.0, E, E]),  # g = min(x + 1, 1) = 0, 1, 1
+        ("uniform", [1 / E, 1.0, E]),  # g = x
+        ("quadratic", [1.0, E, 1.0]),  # g = 1 - x² = 0, 1, 0
+        ("extremes", [E, 1.0, E]),  # g = |x| = 1, 0, 1
+    ],
+)
+def test_loss_weights_follow_the_strategy_on_a_hand_built_loss_vector(strategy, unnormalised) -> None:
+    expected = np.array(unnormalised) / sum(unnormalised) * 3  # mean 1
+    np.testing.assert_allclose(loss_weights(np.array([1.0, 2.0, 3.0]), strategy), expected, rtol=1e-12)
+
+
+def test_loss_weights_temperature_flattens_and_equal_losses_weigh_equally() -> None:
+    hot = loss_weights(np.array([1.0, 2.0, 3.0]), "uniform", temperature=1e6)
+    np.testing.assert_allclose(hot, [1.0, 1.0, 1.0], atol=1e-5)
+    np.testing.assert_allclose(loss_weights(np.array([2.0, 2.0]), "linupper"), [1.0, 1.0])
+
+
+def test_weighted_step_loss_equals_the_hand_computed_weighted_loss() -> None:
+    # Every logit 0 except the target's, 1: each scored token costs -log(e / (e + 3)) with V = 4.
+    ids = torch.tensor([[0, 1, 2, 3], [3, 2, 1, 0]])
+    logits = torch.zeros(2, 4, 4)
+    for b in range(2):
+        for t in range(3):
+            logits[b, t, ids[b, t + 1]] = 1.0
+    labels = ids.clone()
+    labels[1, 2:] = -100  # row 1 scores only its first target
+    sums, counts = sequence_losses(logits, labels)
+    ce = -math.log(E / (E + 3))
+    np.testing.assert_allclose(sums.numpy(), [3 * ce, 1 * ce], rtol=1e-6)
+    np.testing.assert_allclose(counts.numpy(), [3, 1])
+    assert float(step_loss(sums, counts)) == pytest.approx(4 * ce / 4, rel=1e-6)  # token mean, as HF
+    weights = torch.tensor([0.5, 1.5])
+    assert float(step_loss(sums, counts, weights)) == pytest.approx((0.5 * ce + 1.5 * ce) / 2, rel=1e-6)
+
+
+def test_curriculum_groups_sort_by_difficulty_in_both_directions_ties_in_stream_order() -> None:
+    difficulty = np.array([3.0, 1.0, 2.0, 0.0, 1.0, 5.0])
+    assert curriculum_groups(difficulty, 2, hard_first=False) == ((3, 1), (4, 2), (0, 5))
+    assert curriculum_groups(difficulty, 2, hard_first=True) == ((5, 0), (2, 1), (4, 3))
+    with pytest.raises(ValueError, match="non-finite"):
+        curriculum_groups(np.array([1.0, np.nan]), 2, hard_first=False)
+
+
+def test_round_robin_groups_deal_the_domains_in_turns() -> None:
+    domains = ["b", "a", "a", "b", "a", "c"]
+    # a: 1, 2, 4; b: 0, 3; c: 5 → dealt a1 b0 c5 | a2 b3 | a4
+    assert round_robin_groups(domains, 3) == ((1, 0, 5), (2, 3, 4))
+
+
+def test_top_k_decision_keeps_the_highest_scores_and_skips_the_rest_with_a_reason() -> None:
+    scores = np.array([0.1, 0.9, 0.5, 0.7, 0.2, 0.8])
+    decision = top_k_decision(scores, 2, 2, {"scheduler": "t"})
+    assert decision.selection == ((1, 2), (3, 5))
+    assert decision.skipped == {"not_selected": (0, 4)}
+    assert decision.order == (0, 1)
+
+
+def test_keep_count_keeps_l_of_the_window_and_at_least_one() -> None:
+    assert keep_count(16, 8, 0.5) == 8
+    assert keep_count(3, 8, 0.5) == 1  # a short last window
+    assert keep_count(10, 8, 1.0) == 8
+
+
+def test_staged_merge_composes_a_regrouping_order_stage_with_the_selection() -> None:
+    head = ChunkDecision(order=(0, 1), selection=((0, 1), (4, 5)), sample_weights=((1.0, 2.0), (3.0, 4.0)),
+                         skipped={"not_selected": (2, 3)}, record={"scheduler": "sel"})
+    curriculum = ChunkDecision(order=(0, 1), selection=((2, 0), (3, 1)), record={"scheduler": "curriculum"})
+    merged = merge(head, curriculum, refs=("r0", "r1"))
+    assert merged.selection == ((4, 0), (5, 1))
+    assert merged.sample_weights == ((3.0, 1.0), (4.0, 2.0))
+    assert merged.batch_refs is None, "regrouped batches are not the head's batches"
+    assert merged.skipped == {"not_selected": (2, 3)}
+    assert merged.record["scheduler"] == "sel" and merged.record["order_scheduler"] == "curriculum"
+
+
+def test_chunk_decision_state_round_trip() -> None:
+    decision = ChunkDecision(order=(1, 0), selection=((3, 2), (0, 1)), sample_weights=((0.5, 1.5), (1.0, 1.0)),
+                             loss_weighting=LossWeighting("linupper", {"delta": 1.0}), skipped={"x": (4,)},
+                             fallback=True)
+    again = ChunkDecision.from_state(decision.to_state())
+    assert (again.order, again.selection, again.sample_weights, again.loss_weighting, again.skipped, again.fallback) == (
+        decision.order, decision.selection, decision.sample_weights, decision.loss_weighting, decision.skipped, True)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["--schedule.type=no_such"], r"schedule.type: unknown ScheduleConfig type 'no_such'; known: .*d3"),
+        (["--schedule.type=loss", "--schedule.fraction=0"], r"schedule.fraction=0.0 must be in \(0, 1\]"),
+        (["--schedule.type=random_select", "--schedule.fraction=1.5"], r"schedule.fraction=1.5 must be in \(0, 1\]"),
+        (["--schedule.type=loss_reweight", "--schedule.strategy=cubic"], r"schedule.strategy='cubic' is not one of"),
+        (["--schedule.type=loss", "--schedule.order.type=loss"], r"schedule.order.type='loss' is a select scheduler"),
+    ],
+)
+def test_bad_schedule_config_names_the_field(overrides, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(RunConfig, None, overrides)
