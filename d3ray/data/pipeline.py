@@ -5,7 +5,7 @@
       │                                   a bad row (a bad line costs only itself); a per-domain
       │                                   lane keeps only its domain's rows
       ▼  rows: text, domain, shard, line, offset, frame_offset, frame_start, bad_reason, detail
-      │  map_batches(TokenizeBatch, ActorPoolStrategy(size=cfg.tokenize_actors))
+      │  map_batches(TokenizeBatch, ActorPoolStrategy(1..cfg.tokenize_actors))
       ▼  rows: token_ids (list<int32>), domain, shard, line, positions, bad_reason, detail
     iter_token_blocks (consumer: e.g. the schedule coordinator actor)
       │  BadRecordLedger: count/log bad rows per block, stop above max_bad_fraction
@@ -162,6 +162,7 @@ def document_dataset(
 
     if not shards:
         raise ValueError("no shards to read")
+    actors = cfg.tokenize_actors if tokenize_actors is None else tokenize_actors
     start = start or ShardPosition()
     items = []
     for i, shard in enumerate(shards):
@@ -176,7 +177,7 @@ def document_dataset(
         batch_format="numpy",
         # Reads run as their own small tasks, not fused into the tokenizer actors: parsing a shard
         # (about 7% of its tokenizing time) then overlaps with tokenizing the one before.
-        compute=ray.data.TaskPoolStrategy(size=min(len(shards), (tokenize_actors or cfg.tokenize_actors) + 1)),
+        compute=ray.data.TaskPoolStrategy(size=min(len(shards), actors + 1)),
         num_cpus=_READ_CPUS,
         fn_kwargs={
             "layout": cfg.layout,
@@ -193,7 +194,9 @@ def document_dataset(
         fn_constructor_kwargs={"tokenizer_dir": str(tokenizer_dir)},
         batch_size=cfg.tokenize_batch_size,
         batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=cfg.tokenize_actors if tokenize_actors is None else tokenize_actors),
+        # At least one actor is enough to start: a stream pre-started while the previous epoch's
+        # still holds its actors' CPUs starts with what is free and grows as they are released.
+        compute=ray.data.ActorPoolStrategy(min_size=1, max_size=actors, initial_size=actors),
         num_cpus=cfg.tokenize_cpus if tokenize_cpus is None else tokenize_cpus,
     )
 

@@ -224,7 +224,14 @@ class ScheduleCoordinator:
             for cid, decision in state.get("decisions", {}).items():
                 self._decided.setdefault(int(cid), ChunkDecision.from_state(decision))
             if "data_cursor" in state:
-                self._cursors.setdefault(int(state["data_cursor"]["chunk_id"]), state["data_cursor"]["cursor"])
+                cid = int(state["data_cursor"]["chunk_id"])
+                self._cursors.setdefault(cid, state["data_cursor"]["cursor"])
+                if cid > self._next_id and cid not in self._slots and self._seek_to is None:
+                    # A resumed run: jump the stream to the checkpoint's cursor instead of reading
+                    # every chunk before it (the chunks before are trained already).
+                    self._seek_to = cid
+                    self._wanted = max(self._wanted, cid + self._prefetch - 1)
+                    self._cond.notify_all()
         with self._observe_lock:
             through = int(state.get("observed_through", -1))
             if "scheduler" in state and through > self._observed_through:
