@@ -280,4 +280,8 @@ def iter_packed_sequences(
     from d3ray.data.stream import CorpusSource
 
     source = CorpusSource(list(shards), cfg, str(tokenizer_dir), ledger if ledger is not None else BadRecordLedger())
-    yield from source.reader(epoch=0, lane=None, state=None)
+    reader = source.reader(epoch=0, lane=None, state=None)
+    try:
+        yield from reader
+    finally:
+        reader.close()

@@ -201,7 +201,11 @@ class SequenceReader:
         while not self._queue:
             if self._done:
                 raise StopIteration
-            self._fill()
+            try:
+                self._fill()
+            except BaseException:
+                self.close()  # stop the Ray Data stream now, not at some later garbage collection
+                raise
         self._taken += 1
         return self._queue.popleft()
 
