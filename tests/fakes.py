@@ -54,3 +54,10 @@ class ListSource:
 def make_source(n: int, domains=("d",)):
     return ListSource([Seq(np.full(4, i, dtype=np.int32), domains[i % len(domains)], f"s:{i}:0", 4)
                        for i in range(n)], domains)
+
+
+def make_list_chunk_stream(cursor):
+    """``make_stream(cursor)`` of a coordinator over 19 in-memory sequences (importable by Ray workers)."""
+    from d3ray.schedule.chunker import ChunkStream
+
+    return ChunkStream(make_source(19), batch_size=2, chunk_len=2, shuffle_buffer=3, seed=1, cursor=cursor)
