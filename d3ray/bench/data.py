@@ -133,8 +133,8 @@ def plain_loop(shards: list[Any], cfg: Any, tokenizer_dir: str) -> dict[str, flo
 
 
 def stream_pass(make: Callable[[dict | None], Any], chunks_wanted: int | None = None) -> dict[str, Any]:
-    """Iterate a fresh ChunkStream through epoch 0 (or ``chunks_wanted`` chunks) and into epoch 1's
-    first chunk; times, tokens and the chunk cursors."""
+    """Iterate a fresh ChunkStream through epoch 0 and into epoch 1's first chunk (or, mixed,
+    ``chunks_wanted`` chunks); times, tokens and the chunk cursors."""
     stream = make(None)
     start = time.perf_counter()
     at: list[float] = []
@@ -144,8 +144,10 @@ def stream_pass(make: Callable[[dict | None], Any], chunks_wanted: int | None = 
     boundary = None
     for chunk in stream:
         now = time.perf_counter() - start
-        if chunk.epoch > 0 or (chunks_wanted is not None and len(at) >= chunks_wanted):
-            boundary = now - at[-1] if chunk.epoch > 0 and at else None
+        if chunks_wanted is not None and len(at) >= chunks_wanted:
+            break  # mixed: as many chunks as the plain epoch (its domains wrap on their own)
+        if chunks_wanted is None and chunk.epoch > 0:
+            boundary = now - at[-1] if at else None
             break
         at.append(now)
         cursors.append(chunk.cursor)
