@@ -219,12 +219,15 @@ class ScoringWorker:
 
         per_sequence = vmap(grad(loss), in_dims=(None, 0, 0))
         out = []
-        for m in range(0, len(ids), self.micro):
-            grads = per_sequence(params, torch.as_tensor(ids[m:m + self.micro]),
-                                 torch.as_tensor(labels[m:m + self.micro]))  # name → (b, *shape)
-            if transform is not None:
-                grads = transform(grads)
-            out.append(sketch.project(grads).float().numpy())  # (b, k)
+        # Outside no_grad the frozen parameters (those not in ``names``) would record an autograd graph;
+        # torch.func.grad ignores an enclosing no_grad for its own differentiation.
+        with torch.no_grad():
+            for m in range(0, len(ids), self.micro):
+                grads = per_sequence(params, torch.as_tensor(ids[m:m + self.micro]),
+                                     torch.as_tensor(labels[m:m + self.micro]))  # name → (b, *shape)
+                if transform is not None:
+                    grads = transform(grads)
+                out.append(sketch.project(grads).float().numpy())  # (b, k)
         return np.concatenate(out) if out else np.zeros((0, 0), dtype=np.float32)
 
     def memo(self, key: Hashable, factory: Callable[[], Any]) -> Any:
