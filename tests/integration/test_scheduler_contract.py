@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import sys
 
 import numpy as np
 import pytest
+from ray import cloudpickle
 
 from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
@@ -27,6 +29,9 @@ from tests.accounting import assert_every_sample_accounted, produce_chunks
 from tests.conftest import make_corpus
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
+# pytest imports this file as a top-level module Ray's workers cannot import: the coordinator's stream
+# factory below (a lambda over synthetic_stream) must travel by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 SCHEDULERS = ScheduleConfig.known()
 # Cheap knobs per scheduler (the contract does not depend on them).

@@ -125,7 +125,7 @@ class DeltaLossScorer:
 
 class DeltaLossSelectHead(ScorerHead):
     def __init__(self, cfg: Any, ctx: BuildContext) -> None:
-        super().__init__(cfg, ctx, "delta_loss", targets=False)
+        super().__init__(cfg, ctx, "delta_loss")
         self.total_chunks = max(1, ctx.total_chunks)
         if cfg.reference == INITIAL:
             self.reference = os.path.join(ctx.run_dir, "delta_loss", "initial_weights.npz")

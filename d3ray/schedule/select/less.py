@@ -39,6 +39,7 @@ Departures from the paper and why:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,7 +49,9 @@ import numpy as np
 from d3ray.schedule.chunker import Chunk
 from d3ray.schedule.scheduler import BuildContext
 from d3ray.schedule.scoring import ScoringWorker, sequence_arrays
-from d3ray.schedule.select.target import ScorerHead, target_arrays, target_key, unit_rows
+from d3ray.schedule.select.target import ScorerHead, put_target_sets, target_arrays, target_key, unit_rows
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -197,6 +200,8 @@ class LessScorer:
             params = dict(worker.model.named_parameters())
             moments.check_covers({n: tuple(params[n].shape) for n in names})
             moments = moments.restricted(names)
+        logger.info("less: target features of %d sets over %d parameter tensors; candidate features %s",
+                    len(features), len(names), "Adam (snapshot optimizer state)" if moments else "plain gradients")
         return LessTarget(names=names, directions=target_directions(features), moments=moments)
 
     def scores(self, worker: ScoringWorker, batches: list[Any], target: LessTarget) -> np.ndarray:
@@ -215,6 +220,7 @@ class LessScorer:
 
 class LessSelectHead(ScorerHead):
     def __init__(self, cfg: Any, ctx: BuildContext) -> None:
+        self.target_ref = put_target_sets(ctx, cfg)  # a bad target_sets fails before an actor starts
         super().__init__(cfg, ctx, "less")
         self.param_filter = cfg.param_filter
 

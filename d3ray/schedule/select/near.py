@@ -26,7 +26,7 @@ import numpy as np
 from d3ray.schedule.chunker import Chunk
 from d3ray.schedule.scheduler import BuildContext
 from d3ray.schedule.scoring import ScoringWorker, sequence_arrays
-from d3ray.schedule.select.target import ScorerHead, target_arrays, target_key, unit_rows
+from d3ray.schedule.select.target import ScorerHead, put_target_sets, target_arrays, target_key, unit_rows
 
 
 def near_scores(candidates: np.ndarray, targets: np.ndarray, neighbours: int) -> np.ndarray:
@@ -83,6 +83,7 @@ class NearScorer:
 
 class NearSelectHead(ScorerHead):
     def __init__(self, cfg: Any, ctx: BuildContext) -> None:
+        self.target_ref = put_target_sets(ctx, cfg)  # a bad target_sets fails before an actor starts
         super().__init__(cfg, ctx, "near", fixed_model=None if cfg.reference == "current" else cfg.reference)
 
     def scorer_for(self, chunk: Chunk) -> NearScorer:

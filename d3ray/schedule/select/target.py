@@ -55,6 +55,15 @@ def choose_target_sets(available: Mapping[str, np.ndarray], requested: Sequence[
     return {name: np.asarray(available[name])[:max_sequences] for name in names}
 
 
+def put_target_sets(ctx: BuildContext, cfg: Any) -> list:
+    """The chosen target sets (``cfg.target_sets``, ``cfg.max_target_sequences``) put in the object store
+    once: ``[ObjectRef]``, list-wrapped so that Ray hands the ref, not the dict, to the actor."""
+    import ray
+
+    available = ray.get(ctx.eval_sets[0]) if ctx.eval_sets else {}
+    return [ray.put(choose_target_sets(available, cfg.target_sets, cfg.max_target_sequences))]
+
+
 class ScorerHead(SelectHead):
     """A selector whose candidates are scored by a :class:`~d3ray.schedule.scoring.Scorer` on a
     ScoringWorker actor, one chunk ahead.
@@ -65,23 +74,13 @@ class ScorerHead(SelectHead):
         name: scheduler name (schedule log, actor name).
         fixed_model: a Hugging Face directory the actor scores with (no weights snapshots), or None
             to score at the trainers' weights of version c − staleness.
-        targets: put the chosen target sets (``cfg.target_sets``) in the object store.
     """
 
-    def __init__(self, cfg: Any, ctx: BuildContext, name: str, fixed_model: str | None = None,
-                 targets: bool = True) -> None:
-        import ray
-
+    def __init__(self, cfg: Any, ctx: BuildContext, name: str, fixed_model: str | None = None) -> None:
         from d3ray.schedule.scoring import start_scorer
 
         super().__init__(cfg, ctx.seed, name)
-        self.ctx = ctx
         self.needs_weights = fixed_model is None
-        self.target_ref: list | None = None
-        if targets:
-            available = ray.get(ctx.eval_sets[0]) if ctx.eval_sets else {}
-            chosen = choose_target_sets(available, cfg.target_sets, cfg.max_target_sequences)
-            self.target_ref = [ray.put(chosen)]  # list-wrapped: Ray hands the ref, not the dict, to the actor
         self.scorer = start_scorer(ctx, fixed_model, cfg.scorer_num_cpus, cfg.scorer_num_gpus, f"{name}-scorer")
 
     def score(self, chunk: Chunk, batch_refs: tuple, context: SubmitContext) -> Any:

@@ -48,7 +48,7 @@ from d3ray.schedule.chunker import Chunk
 from d3ray.schedule.scheduler import BuildContext
 from d3ray.schedule.scoring import ScoringWorker
 from d3ray.schedule.select.near import embed_batches, embed_sets
-from d3ray.schedule.select.target import ScorerHead, rank_scores, target_key, unit_rows
+from d3ray.schedule.select.target import ScorerHead, put_target_sets, rank_scores, target_key, unit_rows
 
 KEEP = ("sample", "top")
 
@@ -161,6 +161,7 @@ class TsdsScorer:
 
 class TsdsSelectHead(ScorerHead):
     def __init__(self, cfg: Any, ctx: BuildContext) -> None:
+        self.target_ref = put_target_sets(ctx, cfg)  # a bad target_sets fails before an actor starts
         super().__init__(cfg, ctx, "tsds", fixed_model=None if cfg.reference == "current" else cfg.reference)
 
     def scorer_for(self, chunk: Chunk) -> TsdsScorer:
