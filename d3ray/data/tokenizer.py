@@ -109,13 +109,7 @@ def train_tokenizer_from_texts(texts: Sequence[str], tcfg: TokenizerConfig, out_
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        fast.save_pretrained(str(tmp))
-        # Name the class every transformers version knows (5.x writes its own "TokenizersBackend").
-        config_file = tmp / "tokenizer_config.json"
-        config = json.loads(config_file.read_text())
-        config.pop("backend", None)
-        config["tokenizer_class"] = "PreTrainedTokenizerFast"
-        config_file.write_text(json.dumps(config, indent=2) + "\n")
+        save_tokenizer(fast, tmp)
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
@@ -129,6 +123,18 @@ def train_tokenizer_from_texts(texts: Sequence[str], tcfg: TokenizerConfig, out_
         out,
     )
     return out
+
+
+def save_tokenizer(tokenizer: PreTrainedTokenizerFast, out_dir: str | Path) -> None:
+    """``save_pretrained``, naming the class every transformers version knows (5.x writes its own
+    ``TokenizersBackend``, which 4.x cannot load)."""
+    tokenizer.save_pretrained(str(out_dir))
+    config_file = Path(out_dir) / "tokenizer_config.json"
+    config = json.loads(config_file.read_text())
+    if config.get("tokenizer_class") == "TokenizersBackend":
+        config.pop("backend", None)
+        config["tokenizer_class"] = "PreTrainedTokenizerFast"
+        config_file.write_text(json.dumps(config, indent=2) + "\n")
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:

@@ -1,0 +1,1 @@
+"""Evaluation through lm-evaluation-harness on local files (see README.md)."""
