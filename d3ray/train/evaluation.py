@@ -12,16 +12,20 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from d3ray.data.labels import lm_labels
 
-def causal_lm_labels(input_ids: torch.Tensor, n_tokens: torch.Tensor) -> torch.Tensor:
-    """Labels for next-token loss: the inputs, with padding past ``n_tokens`` masked (-100).
 
-    input_ids: (b, T); n_tokens: (b,) → labels (b, T) int64.
+def causal_lm_labels(
+    input_ids: torch.Tensor, n_tokens: torch.Tensor, loss_mask: torch.Tensor | np.ndarray | None = None
+) -> torch.Tensor:
+    """Labels for next-token loss, on the inputs' device: :func:`d3ray.data.labels.lm_labels`
+    (padding past ``n_tokens`` and positions where ``loss_mask`` is False get -100).
+
+    input_ids: (b, T); n_tokens: (b,); loss_mask: (b, T) bool or None → labels (b, T) int64.
     """
-    positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None, :]
-    labels = input_ids.long().clone()
-    labels[positions >= n_tokens[:, None]] = -100
-    return labels
+    mask = None if loss_mask is None else np.asarray(torch.as_tensor(loss_mask).cpu())
+    labels = lm_labels(input_ids.cpu().numpy(), n_tokens.cpu().numpy(), mask)
+    return torch.from_numpy(labels).to(input_ids.device)
 
 
 @torch.no_grad()
