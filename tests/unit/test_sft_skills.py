@@ -96,3 +96,20 @@ def test_write_sft_suite_same_seed_byte_identical_and_cli(tmp_path, capsys):
     assert set(line) == {"prompt", "response", "task", "difficulty"} and line["task"] == "word"
     manifest = json.loads((a / "manifest.json").read_text())
     assert sum(manifest["counts"]["test"]["add"].values()) == 10
+
+
+def test_suite_tokenizer_one_token_per_digit_and_exact_round_trip(tmp_path):
+    from d3ray.data.config import TokenizerConfig
+    from d3ray.data.sft import plain_prompt
+    from d3ray.data.tokenizer import load_tokenizer, train_tokenizer_from_texts
+
+    records = generate_suite(seed=0, train_per_skill=100, test_per_skill=20)
+    texts = [plain_prompt((("user", r.prompt),)) + r.response for r in records["train"]]
+    tok = load_tokenizer(train_tokenizer_from_texts(texts, TokenizerConfig(vocab_size=400, split_digits=True),
+                                                    tmp_path / "tok"))
+    for r in records["test"]:
+        text = plain_prompt((("user", r.prompt),)) + r.response
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        assert tok.decode(ids) == text
+        pieces = [tok.decode([i]) for i in ids]
+        assert all(not any(ch.isdigit() for ch in p) or p.strip().isdigit() and len(p.strip()) == 1 for p in pieces)
