@@ -94,3 +94,21 @@ def test_finetune_lora_trains_only_the_adapters(ray_cluster, suite, tmp_path) ->
     assert all(torch.equal(after[n], initial[n]) for n in initial), "a base weight moved"
     moved = [p for n, p in loaded.model.state_dict().items() if "lora_B" in n]
     assert moved and all(p.abs().sum() > 0 for p in moved), "the adapters did not train"
+
+
+def test_finetune_default_runs_d3_on_the_generated_suite_with_exact_match(ray_cluster, tmp_path, capsys) -> None:
+    """The embedded default (D3 order, the skill suite, exact match at the end), shortened."""
+    import json
+
+    from d3ray.cli import main
+
+    assert main(["finetune", f"--output_dir={tmp_path}", "--train.steps=8", "--schedule.L=4",
+                 "--train.num_workers=1", "--eval.max_sequences_per_domain=4"]) == 0
+    run_dir = tmp_path / "d3ray-sft-tiny"
+    final = json.loads((run_dir / "final_metrics.json").read_text())
+    assert final["steps"] == 8 and final["schedule/chunks"] == 2 and final["schedule/fallbacks"] == 0
+    skills = {"copy", "add1", "add", "mul", "sort", "reverse", "word"}
+    assert {f"eval/{s}/loss" for s in skills} <= set(final), "per-task response loss on the held-out split"
+    exact = [k for k in final if k.endswith("/exact_match")]
+    assert exact and all(0.0 <= final[k] <= 1.0 for k in exact)
+    assert "schedule: 2 chunks decided" in capsys.readouterr().out
