@@ -4,7 +4,9 @@
     d3ray schedulers
     d3ray sweep --config tune_configs/k_L_gamma.yaml
     d3ray solve MATRIX_FILE [--solver NAME] [--time-budget S] [--seed N]
-    d3ray data sample --out DIR | d3ray data inspect PATH
+    d3ray data sample --out DIR | d3ray data inspect PATH | d3ray data sft-sample --out DIR
+    d3ray export CHECKPOINT --out DIR [--lora merged|adapter]
+    d3ray eval MODEL_OR_CHECKPOINT --tasks KIND=FILE[,KIND=FILE...] --out results.json
     d3ray bench {solver,influence,pipeline} --out FILE.json
     d3ray plot schedule RUN_DIR
 
@@ -31,6 +33,8 @@ COMMAND_MODULES = (
     "d3ray.tune.command",
     "d3ray.solver.command",
     "d3ray.data.command",
+    "d3ray.export.command",
+    "d3ray.eval.command",
     "d3ray.bench.command",
     "d3ray.plot.command",
 )

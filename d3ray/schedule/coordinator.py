@@ -284,19 +284,27 @@ class ScheduleCoordinator:
                             skipped=skipped, decision=decision, weights_version=slot.weights_version)
 
     def _observe_through(self, chunk_id: int) -> None:
-        """Feed the scheduler the feedback of every chunk <= ``chunk_id``, in chunk order (waits for it)."""
-        with self._observe_lock:
-            while self._observed_through < chunk_id:
+        """Feed the scheduler the feedback of every chunk <= ``chunk_id``, in chunk order (waits for it).
+
+        Waiting holds no lock but the condition's, so that a ``restore`` (which may move the scheduler
+        past the awaited chunks) can always get in; observing holds the observe lock, as ``submit`` does.
+        """
+        while True:
+            with self._cond:
+                while self._observed_through < chunk_id and self._observed_through + 1 not in self._feedback:
+                    self._cond.wait(timeout=1.0)
+                if self._observed_through >= chunk_id:
+                    return
                 nxt = self._observed_through + 1
+            with self._observe_lock:
                 with self._cond:
-                    while nxt not in self._feedback and self._observed_through < nxt:
-                        self._cond.wait(timeout=1.0)
-                    if self._observed_through >= nxt:  # a restore moved past it
-                        continue
+                    if self._observed_through + 1 != nxt or nxt not in self._feedback:
+                        continue  # observed meanwhile, or a restore moved past it
                     feedback = self._feedback.pop(nxt)
                 self._scheduler.observe(feedback)
                 with self._cond:
                     self._observed_through = nxt
+                    self._cond.notify_all()
 
     # ---- producer -------------------------------------------------------------------------
     def _produce_forever(self) -> None:

@@ -7,18 +7,20 @@ a collective), each on its own rows; token-weighted loss sums are all-reduced.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
+from d3ray.data.labels import lm_labels
 from d3ray.lm_loss import sequence_losses
 
 
 @torch.no_grad()
 def evaluate(
     engine,
-    eval_sets: dict[str, np.ndarray],
+    eval_sets: dict[str, Any],
     rank: int,
     world: int,
     micro_batch_size: int,
@@ -28,7 +30,8 @@ def evaluate(
 
     Args:
         engine: the DeepSpeed engine (or any causal LM module returning ``.logits``).
-        eval_sets: name → (n, T) int token ids (full sequences).
+        eval_sets: name → (n, T) int token ids (every token scored), or ``{input_ids, n_tokens,
+            loss_mask}`` (SFT: only the response tokens scored).
     Returns:
         ``{"eval/<name>/loss": x, "eval/<name>/ppl": e^x, ...}`` plus ``eval/mean_loss`` over
         the in-domain sets (those not starting with ``ood:``).
@@ -38,16 +41,21 @@ def evaluate(
     out: dict[str, float] = {}
     for name in sorted(eval_sets):
         data = eval_sets[name]
-        mine = data[rank::world]
-        n_calls = math.ceil(math.ceil(len(data) / world) / micro_batch_size)
+        if isinstance(data, dict):
+            ids_all, labels_all = data["input_ids"], lm_labels(data["input_ids"], data["n_tokens"], data["loss_mask"])
+        else:
+            ids_all, labels_all = data, np.asarray(data, dtype=np.int64)
+        order = np.arange(len(ids_all))[rank::world]
+        n_calls = math.ceil(math.ceil(len(ids_all) / world) / micro_batch_size)
         sums = torch.zeros(2, dtype=torch.float64)
         for i in range(n_calls):
-            rows = mine[i * micro_batch_size:(i + 1) * micro_batch_size]
+            rows = order[i * micro_batch_size:(i + 1) * micro_batch_size]
             real = len(rows)
             if real == 0:  # keep collectives aligned: run a forward on one row, weight 0
-                rows = data[:1]
-            ids = torch.tensor(np.asarray(rows), dtype=torch.long, device=device)  # a copy: Ray's arrays are read-only
-            loss_sums, counts = sequence_losses(engine(input_ids=ids).logits, ids)
+                rows = np.arange(1)
+            ids = torch.tensor(np.asarray(ids_all[rows]), dtype=torch.long, device=device)  # a copy: Ray's are read-only
+            labels = torch.tensor(labels_all[rows], dtype=torch.long, device=device)
+            loss_sums, counts = sequence_losses(engine(input_ids=ids).logits, labels)
             if real:
                 sums += torch.stack([loss_sums.sum(), counts.sum()]).double().cpu()
         if world > 1:

@@ -20,9 +20,7 @@ from ray import cloudpickle
 
 from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
-from d3ray.data.packing import PackedSequence
 from d3ray.run_files import read_jsonl
-from d3ray.schedule.chunker import ChunkStream
 from d3ray.schedule.config import ScheduleConfig
 from d3ray.schedule.scheduler import BuildContext, ChunkFeedback
 from tests.accounting import assert_every_sample_accounted, produce_chunks
@@ -86,18 +84,6 @@ def test_scheduler_contract_short_run_completes_logs_and_accounts_for_every_samp
 
 # ---- 2. determinism and resume, at the coordinator ------------------------------------------------
 N_CHUNKS, RESUME_AT = 5, 2
-DOMAINS = ("RedPajamaArXiv", "RedPajamaC4", "RedPajamaGithub")
-
-
-def synthetic_stream(window: int, vocab: int) -> ChunkStream:
-    """Deterministic sequences over three domains (no Ray Data: the decisions are what is tested)."""
-    def sequences(epoch: int):
-        rng = np.random.default_rng(epoch)
-        for i in range(400):
-            tokens = rng.integers(1, vocab, size=T).astype(np.int32)
-            yield PackedSequence(tokens=tokens, domain=DOMAINS[i % 3 if i % 5 else 1], sample_id=f"s:{i}", n_tokens=T)
-
-    return ChunkStream(sequences, B, window, seed=0)
 
 
 def weights_of_version(base: dict[str, np.ndarray], version: int) -> dict[str, np.ndarray]:
@@ -113,18 +99,29 @@ def feedback_of(chunk) -> ChunkFeedback:
 
 
 @pytest.mark.parametrize("name", SCHEDULERS)
-def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_one(ray_cluster, tmp_path, name):
+def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_one(
+        ray_cluster, corpus, tmp_path, name):
+    from functools import partial
+
     import torch
 
+    from d3ray.data.config import DataConfig
+    from d3ray.data.shards import list_shards
+    from d3ray.data.tokenizer import load_tokenizer
     from d3ray.schedule.coordinator import ScheduleCoordinator
+    from d3ray.schedule.stream import build_chunk_stream
     from d3ray.train.config import ModelConfig
     from d3ray.train.model import build_model, model_config_dict
 
     ray = ray_cluster
     cfg = load_config(RunConfig, None, [f"--schedule.type={name}", f"--schedule.L={L}", "--schedule.deadline_s=3600",
                                         *KNOBS.get(name, [])]).schedule
+    data_dir, tokenizer = corpus
+    data = DataConfig(train_paths=[str(data_dir / "train")], seq_len=T)
+    make_stream = partial(build_chunk_stream, list_shards(data.train_paths), data, str(tokenizer), B,
+                          cfg.window_batches(), 0, 0)
     model_cfg = ModelConfig()
-    model_config = model_config_dict(model_cfg, 64, T, 0)
+    model_config = model_config_dict(model_cfg, len(load_tokenizer(tokenizer)), T, 0)
     torch.manual_seed(0)
     base = {k: v.detach().float().numpy() for k, v in build_model(model_config, model_cfg).state_dict().items()}
     needs = cfg.needs()
@@ -135,8 +132,7 @@ def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_
     def coordinator_and_scheduler():
         scheduler = cfg.build(ctx)
         coordinator = ray.remote(ScheduleCoordinator).options(max_concurrency=16).remote(
-            lambda: synthetic_stream(cfg.window_batches(), 64), scheduler, needs, cfg.prefetch_chunks,
-            cfg.staleness, cfg.deadline_s)
+            make_stream, scheduler, needs, cfg.prefetch_chunks, cfg.staleness, cfg.deadline_s)
         return coordinator, scheduler
 
     def drive(coordinator, first: int, last: int, checkpoint_at: int | None = None):
