@@ -75,12 +75,17 @@ def _key(part: Any) -> Any:
 
 
 def sequence_arrays(batch: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(input_ids (b, T) int64, n_tokens (b,), labels (b, T) int64) of a GlobalBatch or of an (n, T)
-    array of full sequences (a held-out set)."""
+    """(input_ids (b, T) int64, n_tokens (b,), labels (b, T) int64) of a GlobalBatch, of a held-out set
+    of full sequences ((n, T) array: pre-training) or of a held-out SFT set (``{input_ids, n_tokens,
+    loss_mask}``: only the responses are labels)."""
     if isinstance(batch, np.ndarray):
         ids = np.asarray(batch, dtype=np.int64)
         n_tokens = np.full(len(ids), ids.shape[1], dtype=np.int64)
         return ids, n_tokens, lm_labels(ids, n_tokens)
+    if isinstance(batch, Mapping):
+        ids = np.asarray(batch["input_ids"], dtype=np.int64)
+        n_tokens = np.asarray(batch["n_tokens"], dtype=np.int64)
+        return ids, n_tokens, lm_labels(ids, n_tokens, batch.get("loss_mask"))
     ids = np.asarray(batch.input_ids, dtype=np.int64)
     n_tokens = np.asarray(batch.n_tokens, dtype=np.int64)
     return ids, n_tokens, lm_labels(ids, n_tokens, batch.loss_mask)
@@ -181,7 +186,8 @@ class ScoringWorker:
         return np.concatenate(out) if out else np.zeros((0, 0), dtype=np.float32)
 
     def parameter_names(self, param_filter: str | None) -> list[str]:
-        """Names of the parameters matching ``param_filter`` (``re.search``; None = all).
+        """Names of the trainable parameters (``requires_grad``: with LoRA, the adapters) matching
+        ``param_filter`` (``re.search``; None = all of them).
 
         Raises:
             ValueError: nothing matches.
@@ -189,9 +195,10 @@ class ScoringWorker:
         import re
 
         pattern = re.compile(param_filter) if param_filter else None
-        names = [n for n, _ in self.model.named_parameters() if pattern is None or pattern.search(n)]
+        names = [n for n, p in self.model.named_parameters()
+                 if p.requires_grad and (pattern is None or pattern.search(n))]
         if not names:
-            raise ValueError(f"param_filter {param_filter!r} matches no parameter of the model")
+            raise ValueError(f"param_filter {param_filter!r} matches no trainable parameter of the model")
         return names
 
     def gradient_features(self, ids: np.ndarray, labels: np.ndarray, sketch: Any, names: list[str],

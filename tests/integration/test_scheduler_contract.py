@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import sys
 
 import numpy as np
 import pytest
-from ray import cloudpickle
 
 from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
@@ -27,9 +25,6 @@ from tests.accounting import assert_every_sample_accounted, produce_chunks
 from tests.conftest import make_corpus
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
-# pytest imports this file as a top-level module Ray's workers cannot import: the coordinator's stream
-# factory below (a lambda over synthetic_stream) must travel by value.
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 SCHEDULERS = ScheduleConfig.known()
 # Cheap knobs per scheduler (the contract does not depend on them).
@@ -106,6 +101,7 @@ def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_
     import torch
 
     from d3ray.data.config import DataConfig
+    from d3ray.data.evaluation import load_eval_sequences
     from d3ray.data.shards import list_shards
     from d3ray.data.tokenizer import load_tokenizer
     from d3ray.schedule.coordinator import ScheduleCoordinator
@@ -125,7 +121,7 @@ def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_
     torch.manual_seed(0)
     base = {k: v.detach().float().numpy() for k, v in build_model(model_config, model_cfg).state_dict().items()}
     needs = cfg.needs()
-    held_out = {d: np.random.default_rng(i).integers(1, 64, size=(4, T)).astype(np.int32) for i, d in enumerate(DOMAINS)}
+    held_out = load_eval_sequences([str(data_dir / "validation")], data, str(tokenizer), 4)  # selectors' targets
     ctx = BuildContext(seed=5, model_config=model_config, model=model_cfg, run_name=f"c-{name}", run_dir=str(tmp_path),
                        batch_size=B, total_chunks=N_CHUNKS, eval_sets=[ray.put(held_out)])
 

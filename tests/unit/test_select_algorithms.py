@@ -174,6 +174,12 @@ def test_target_sets_default_to_the_in_domain_sets_and_unknown_names_fail() -> N
         choose_target_sets({}, [], 3)
 
 
+def test_target_sets_take_sft_sets_in_their_own_form() -> None:
+    sft = {"input_ids": np.ones((5, T), np.int32), "n_tokens": np.full(5, T), "loss_mask": np.ones((5, T), bool)}
+    chosen = choose_target_sets({"add": sft}, [], 2)["add"]
+    assert sorted(chosen) == ["input_ids", "loss_mask", "n_tokens"] and chosen["loss_mask"].shape == (2, T)
+
+
 # ---- the scorers on a tiny model ----------------------------------------------------------------
 @pytest.fixture(scope="module")
 def worker_and_state():
@@ -224,6 +230,19 @@ def test_less_identity_sketch_gives_a_copy_cosine_one_with_its_original(worker_a
     scorer = LessScorer(sketch=IdentitySketchConfig(), param_filter=r"^transformer\.h\.1\.", targets=one)
     scores = worker.score([state], [batch], scorer)
     assert scores[2] == pytest.approx(1.0, abs=1e-5) and np.all(np.delete(scores, 2) < 0.999)
+
+
+def test_less_on_an_sft_target_scores_with_the_response_gradients(worker_and_state) -> None:
+    worker, state = worker_and_state
+    targets, batch, copies = copies_and_noise(6)
+    mask = np.zeros((4, T), bool)
+    mask[:, T // 2:] = True  # the second half of each target sequence is its "response"
+    sft = {"x": {"input_ids": targets["x"], "n_tokens": np.full(4, T), "loss_mask": mask}}
+    candidates = GlobalBatch(input_ids=batch.input_ids, n_tokens=batch.n_tokens, sample_ids=batch.sample_ids,
+                             domains=batch.domains, loss_mask=np.tile(mask[:1], (12, 1)))
+    scorer = LessScorer(sketch=IdentitySketchConfig(), param_filter=r"^transformer\.h\.1\.", targets=sft)
+    scores = worker.score([state], [candidates], scorer)
+    assert kept(scores, 2) == copies - {10}  # rows 2 and 7 copy set x; row 10 copies set y, not a target here
 
 
 @pytest.mark.parametrize("make", [

@@ -119,8 +119,9 @@ class LessSelectScheduleConfig(TargetSelectScheduleConfig):
     sketch: SketchConfig = field(default_factory=SjltSketchConfig)
     """JL map P of the gradient features (``type: sjlt | gaussian | identity``; LESS: k = 8192)."""
     param_filter: str | None = None
-    """Regex (``re.search``) on parameter names whose gradients form the features (LESS: the LoRA
-    parameters); None = all. Per-sequence gradients cost memory micro_batch · d: restrict it on big models."""
+    """Regex (``re.search``) on the names of the trainable parameters whose gradients form the features;
+    None = all trainable ones (with ``model.lora``: the adapters, as LESS). Per-sequence gradients cost
+    memory micro_batch · d: restrict it on big models without LoRA."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -4,8 +4,9 @@ Xia, Malladi, Gururangan, Arora & Chen 2024, "LESS: Selecting Influential Data f
 Instruction Tuning" (ICML; arXiv 2402.04333), §3.1 (influence under Adam), §3.2 (cosine instead of
 inner product, for sequence-length effects) and §4 (gradient features, then the score below).
 
-At the weights θ of version c − staleness, for candidate sequence z (ℓ_z its token-mean loss) and the
-parameters matching ``param_filter`` (LESS: the LoRA parameters; here a regex, for cost):
+At the weights θ of version c − staleness, for candidate sequence z (ℓ_z its token-mean loss over its
+targets: the response tokens of SFT records) and the trainable parameters matching ``param_filter``
+(with ``model.lora`` the trainable ones are the adapters, as in LESS; the regex restricts further):
 
     g = ∇ℓ_z(θ)
     m' = β1·m + (1 − β1)·g            v' = β2·v + (1 − β2)·g ⊙ g          (the trainers' AdamW state m, v, t)
@@ -33,8 +34,8 @@ Departures from the paper and why:
   either (the two differ by per-step scalars only when t is known).
 - Without ``exp_avg`` in the state, m = 0: Γ = (1 − β1)/(1 − β1^(t+1))·g / (√v̂ + ε), i.e. the
   second-moment-preconditioned gradient up to a scalar that cosine ignores.
-- Per-sequence gradients by ``torch.func.vmap`` over the full parameters of ``param_filter`` instead of
-  LoRA modules; the sketch is d3ray's (sparse JL by default) rather than TRAK's Rademacher projector.
+- Without LoRA the features are over full parameters (``param_filter`` keeps the cost down); the
+  sketch is d3ray's (sparse JL by default) rather than TRAK's Rademacher projector.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """What the model-scored selectors share: the target sets, and a head whose scores come from a Scorer.
 
-    BuildContext.eval_sets (the run's held-out sets: name → (n, T) int32)
+    BuildContext.eval_sets (the run's held-out sets: name → (n, T) int32, or an SFT task's
+    {input_ids, n_tokens, loss_mask})
         │ choose_target_sets(schedule.target_sets, schedule.max_target_sequences)
         │   default: every in-domain set (names without ``ood:``); a target *file* is an
         │   ``eval.ood_text_paths`` entry, named ``ood:<file stem>`` in ``target_sets``
@@ -31,7 +32,8 @@ def choose_target_sets(available: Mapping[str, np.ndarray], requested: Sequence[
     """The target sets of a selector: ``requested`` names, or every in-domain set when none are named.
 
     Args:
-        available: the run's held-out sets, name → (n, T) token ids.
+        available: the run's held-out sets, name → (n, T) token ids (pre-training) or
+            ``{input_ids, n_tokens, loss_mask}`` (SFT: per task, responses as the loss targets).
         requested: ``schedule.target_sets`` (empty = all sets whose name does not start with ``ood:``).
         max_sequences: the first this many sequences of each set are kept.
 
@@ -50,9 +52,20 @@ def choose_target_sets(available: Mapping[str, np.ndarray], requested: Sequence[
     for name in names:
         if name not in available:
             raise ConfigError(f"schedule.target_sets: unknown held-out set {name!r}; known: {known}")
-        if len(available[name]) == 0:
+        if len(_rows(available[name], None)["input_ids"]) == 0:
             raise ConfigError(f"schedule.target_sets: held-out set {name!r} has no sequences")
-    return {name: np.asarray(available[name])[:max_sequences] for name in names}
+    return {name: _first(available[name], max_sequences) for name in names}
+
+
+def _rows(data: Any, count: int | None) -> dict[str, Any]:
+    """A held-out set as ``{input_ids, ...}``: (n, T) full sequences, or an SFT set's dict."""
+    fields = dict(data) if isinstance(data, Mapping) else {"input_ids": np.asarray(data)}
+    return {k: (None if v is None else np.asarray(v)[:count]) for k, v in fields.items()}
+
+
+def _first(data: Any, count: int) -> Any:
+    """The first ``count`` sequences of a held-out set, in its own form."""
+    return _rows(data, count) if isinstance(data, Mapping) else np.asarray(data)[:count]
 
 
 def put_target_sets(ctx: BuildContext, cfg: Any) -> list:
