@@ -71,13 +71,13 @@ def unigram_figures(plan: ComparePlan, records: list[RunRecord]) -> dict[str, fl
     cache = plan.report_dir / "unigram.json"
     if cache.is_file():
         return json.loads(cache.read_text())
-    from d3ray.compare.unigram import run_validation_entropy
+    from d3ray.compare.unigram import run_validation_figures
 
     configs = {s.name: s.config for s in plan.runs}
     for r in records:
         cfg = configs.get(r.run_dir.name)
         if r.compute is not None and cfg is not None:
-            figures = run_validation_entropy(cfg)
+            figures = run_validation_figures(cfg)
             if figures:
                 cache.write_text(json.dumps(figures, indent=2))
             return figures
@@ -145,12 +145,15 @@ def results_markdown(plan: ComparePlan, records: list[RunRecord], results: dict[
         lines.append("")
     if entropy:
         final = next((x.summary.mean for x in results.get(primary, []) if x.arm == base), float("nan"))
-        lines += ["## Unigram entropy of the validation text", "",
-                  f"Under the runs' tokenizer, on the evaluated sequences (`d3ray/compare/unigram.py`): "
-                  f"{_fmt(entropy.get('mean'))} nats per token averaged over domains (a unigram model that knows "
-                  f"the domain; compare with `eval/mean_loss`), {_fmt(entropy.get('pooled'))} pooled. "
-                  f"The baseline's final `{primary}` is {_fmt(final)}, "
-                  f"{_fmt(entropy.get('mean', float('nan')) - final)} nats below the per-domain unigram entropy.", ""]
+        cross, floor = entropy.get("cross_entropy/mean", float("nan")), entropy.get("entropy/mean", float("nan"))
+        lines += ["## Unigram baselines of the validation text", "",
+                  "Under the runs' tokenizer, on the evaluated sequences, nats per token averaged over domains "
+                  "like `eval/mean_loss` (`d3ray/compare/unigram.py`): unigram cross-entropy (a unigram model "
+                  f"fitted on the training text) **{_fmt(cross)}**; entropy of the validation tokens' own "
+                  f"frequencies per domain (a floor no unigram model reaches) {_fmt(floor)}, pooled "
+                  f"{_fmt(entropy.get('entropy/pooled'))}. The baseline's final `{primary}` is **{_fmt(final)}**: "
+                  f"{_fmt(cross - final)} nats below the unigram cross-entropy, {_fmt(floor - final)} below the floor.",
+                  ""]
     for metric in (primary, primary + EQUAL_COMPUTE):
         if metric in results:
             lines += _full_table(metric, results[metric], base, records)
