@@ -110,7 +110,9 @@ def run_validation_figures(cfg: Any) -> dict[str, float]:
     if cfg.sft is not None:
         return {}
     train, validation = list(cfg.data.train_paths), list(cfg.data.validation_paths)
-    if not train:
+    if not train:  # the generated sample corpus, if the run wrote one
+        if not (cfg.run_dir / "sample_data" / "train").is_dir():
+            return {}
         train = [str(cfg.run_dir / "sample_data" / "train")]
         validation = validation or [str(cfg.run_dir / "sample_data" / "validation")]
     tokenizer = Path(cfg.data.tokenizer.path) if cfg.data.tokenizer.path else cfg.run_dir / TOKENIZER_SUBDIR
