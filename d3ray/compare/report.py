@@ -103,7 +103,10 @@ def sentence(result: ArmResult, base: str, base_mean: float, confidence: float =
     c = result.vs_baseline
     assert c is not None
     better_word = "lower" if lower_is_better(result.metric) else "higher"
-    detail = (f"{result.summary.format()} vs {_fmt(base_mean)}: {_pct(c.rel_change)}, paired Δ {_fmt(c.mean_diff)} "
+    ppl = ""
+    if result.metric.removesuffix(EQUAL_COMPUTE).endswith("loss") and math.isfinite(c.mean_diff):
+        ppl = f" (perplexity {_pct(math.exp(c.mean_diff) - 1)})"  # e^loss: the paper's relative perplexity
+    detail = (f"{result.summary.format()} vs {_fmt(base_mean)}: {_pct(c.rel_change)}{ppl}, paired Δ {_fmt(c.mean_diff)} "
               f"({int(100 * confidence)}% CI [{_fmt(c.ci_low)}, {_fmt(c.ci_high)}], p {_p(c.p_value)}, "
               f"{better_word} in {c.wins}/{c.n} seeds")
     if math.isfinite(result.eval_se):
@@ -136,6 +139,11 @@ def results_markdown(plan: ComparePlan, records: list[RunRecord], results: dict[
                 if r.vs_baseline is None:
                     continue
                 base_mean = next(x.summary.mean for x in results[metric] if x.arm == base)
+                if r.summary.n == 0:
+                    why = ("its first evaluation comes after the baseline's whole compute (lower train.eval_every)"
+                           if metric.endswith(EQUAL_COMPUTE) else "no finished run")
+                    lines.append(f"- **{r.arm}** at {label}: no value ({why}).")
+                    continue
                 lines.append(f"- **{r.arm}** at {label}, `{primary}` {sentence(r, base, base_mean, cfg.confidence)}.")
                 if r.vs_best_baseline is not None and r.best_baseline is not None:
                     best_mean = next(x.summary.mean for x in results[metric] if x.arm == r.best_baseline)
