@@ -181,7 +181,7 @@ def _run_as_tasks(plan: ComparePlan, todo: list[RunSpec], limit: int) -> list[Ru
     """Up to ``limit`` runs at once, each a Ray task in a fresh worker process (``max_calls=1``)."""
     import ray
 
-    task = ray.remote(execute_run).options(num_cpus=plan.compare.driver_cpus, max_retries=0, max_calls=1)
+    task = ray.remote(num_cpus=plan.compare.driver_cpus, max_retries=0, max_calls=1)(execute_run)
     queue = list(todo)
     pending: dict[Any, tuple[RunSpec, float]] = {}
     outcomes = []

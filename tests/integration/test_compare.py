@@ -94,3 +94,19 @@ def test_compare_grid_reports_failures_and_rerun_skips_finished_runs(ray_cluster
     assert {(r["arm"], r["seed"], r["status"]) for r in rows} == {
         ("random", "0", "skipped"), ("random", "1", "done"), ("sequential", "0", "skipped"),
         ("sequential", "1", "skipped"), ("bad", "0", "failed"), ("bad", "1", "failed")}
+
+
+def test_compare_parallel_tasks_record_each_runs_error(ray_cluster, corpus, tmp_path):
+    """max_concurrent_runs=2: runs are Ray tasks; an error inside one (here a missing validation path,
+    found before training) fails that run with its error, the grid goes on."""
+    from d3ray.compare.config import CompareConfig
+
+    config_file = write_compare_config(tmp_path, corpus)
+    cfg = load_config(CompareConfig, config_file, [
+        "--max_concurrent_runs=2", "--seeds=[0]",
+        f"--set={{data.validation_paths: [{tmp_path / 'missing'}]}}",
+        "--arms=[{name: random, set: {schedule.type: random}}, {name: sequential, set: {schedule.type: sequential}}]"])
+    outcomes = run_grid(build_plan(cfg))
+    assert [o.status for o in outcomes] == ["failed", "failed"]
+    assert all(o.error.startswith("DataPathError") and "missing" in o.error for o in outcomes)
+    assert all((o.spec.run_dir / "compare_status.json").is_file() for o in outcomes)
