@@ -131,6 +131,11 @@ def results_markdown(plan: ComparePlan, records: list[RunRecord], results: dict[
               f"{int(100 * cfg.confidence)}% Student-t intervals of the per-seed difference, two-sided paired t-test "
               "(`d3ray/compare/stats.py`). Methods (D3 arms) vs baselines: "
               + ", ".join(f"{a} ({'method' if plan.methods[a] else 'baseline'})" for a in plan.arms) + ".", ""]
+    tokens = sorted({int(r.metrics["tokens"]) for r in records if "tokens" in r.metrics})
+    if tokens:
+        lines += [f"Tokens the finished runs trained (their `tokens`): {tokens[0]:,}"
+                  + (f" to {tokens[-1]:,} (SFT rows are padded: the budget counts padding)" if len(tokens) > 1 else "")
+                  + ".", ""]
     lines += _runs_section(records)
     if primary in results:
         lines += ["## Verdicts", ""]
