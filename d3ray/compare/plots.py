@@ -194,6 +194,7 @@ def plot_sft_by_skill(arms: list[str], values: dict[str, dict[str, dict[int, flo
 
 def plot_sft_by_difficulty(arms: list[str], values: dict[str, dict[str, dict[int, float]]], out: Path) -> Path | None:
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     by_skill: dict[str, list[tuple[int, str]]] = {}
     for _, skill, d, key in _sft_keys(values):
@@ -205,7 +206,7 @@ def plot_sft_by_difficulty(arms: list[str], values: dict[str, dict[str, dict[int
     n = len(by_skill)
     cols = min(4, n)
     fig, axes = plt.subplots((n + cols - 1) // cols, cols, figsize=(3.6 * cols, 3.2 * ((n + cols - 1) // cols)),
-                             squeeze=False)
+                             squeeze=False, layout="constrained")
     for ax, (skill, levels) in zip(axes.ravel(), sorted(by_skill.items()), strict=False):
         for arm in arms:
             xs, ms, ss = [], [], []
@@ -219,6 +220,7 @@ def plot_sft_by_difficulty(arms: list[str], values: dict[str, dict[str, dict[int
                 ax.errorbar(xs, ms, yerr=ss, marker="o", color=colors[arm], label=arm, capsize=2, markersize=3)
         ax.set_title(skill, fontsize=9)
         ax.set_xlabel("difficulty")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylim(-0.05, 1.05)
         ax.grid(alpha=0.3)
     for ax in axes.ravel()[n:]:
