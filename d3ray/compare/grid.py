@@ -70,6 +70,7 @@ def run_grid(plan: ComparePlan) -> list[RunOutcome]:
         if spec.config is None:
             outcomes[spec.name] = RunOutcome(spec, "failed", error=spec.error)
         elif is_finished(spec.run_dir):
+            check_unchanged(spec, plan.compare.init_from is not None)
             outcomes[spec.name] = RunOutcome(spec, "skipped", final=read_final(spec.run_dir))
         else:
             todo.append(spec)
@@ -81,6 +82,46 @@ def run_grid(plan: ComparePlan) -> list[RunOutcome]:
         for outcome in _execute(plan, todo):
             outcomes[outcome.spec.name] = outcome
     return [outcomes[spec.name] for spec in plan.runs]
+
+
+#: Keys a finished run may differ in from its planned config: how Ray was reached, and the start
+#: point ``start_from`` writes into the run's config (``init_from``).
+UNCOMPARED = ("ray", "storage_path")
+UNCOMPARED_INIT = ("model.pretrained_path", "data.tokenizer.path")
+
+
+def check_unchanged(spec: RunSpec, init_from: bool = False) -> None:
+    """Refuse to reuse a finished run whose config.yaml differs from the planned config (an edited
+    comparison file would otherwise mix runs of different token budgets or settings).
+
+    Raises:
+        ConfigError: naming the run and the differing keys.
+    """
+    import yaml
+
+    from d3ray.config_loading import ConfigError, to_dict
+
+    path = spec.run_dir / "config.yaml"
+    if spec.config is None or not path.is_file():
+        return
+    ignored = UNCOMPARED + (UNCOMPARED_INIT if init_from else ())
+    diff = [k for k in _differing(to_dict(spec.config), yaml.safe_load(path.read_text()) or {})
+            if not any(k == i or k.startswith(i + ".") for i in ignored)]
+    if diff:
+        raise ConfigError(
+            f"run {spec.name} in {spec.run_dir} finished with another config ({', '.join(diff[:6])} differ): "
+            "delete that run directory to rerun it, or use another output_dir")
+
+
+def _differing(a: Any, b: Any, prefix: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for key in sorted(set(a) | set(b)):
+            out += _differing(a.get(key), b.get(key), f"{prefix}.{key}" if prefix else str(key))
+        return out
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        a, b = list(a), list(b)
+    return [] if a == b else [prefix]
 
 
 def outcomes_on_disk(plan: ComparePlan) -> list[RunOutcome]:

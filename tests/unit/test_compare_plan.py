@@ -76,3 +76,21 @@ def test_plan_finetune_mode_uses_finetune_defaults(tmp_path):
     cfg = plan.runs[0].config
     assert cfg.sft is not None and cfg.train.steps == 240 and "{suite}" in cfg.eval.tasks
     assert plan.shared_tokenizer is None  # the suite (and its tokenizer) is generated per run
+
+
+def test_finished_run_with_another_config_is_refused(tmp_path):
+    import yaml
+
+    from d3ray.compare.grid import check_unchanged
+    from d3ray.config_loading import to_dict
+
+    plan = build_plan(compare_config(tmp_path, [{"name": "random", "set": {"schedule.type": "random"}}]))
+    spec = plan.runs[0]
+    spec.run_dir.mkdir(parents=True)
+    saved = to_dict(spec.config)
+    (spec.run_dir / "config.yaml").write_text(yaml.safe_dump({**saved, "ray": {"address": "auto"}}))
+    check_unchanged(spec)  # how Ray was reached does not matter
+    saved["train"]["steps"] = 99
+    (spec.run_dir / "config.yaml").write_text(yaml.safe_dump(saved))
+    with pytest.raises(ConfigError, match=r"run random-s0 .* another config \(train.steps differ\)"):
+        check_unchanged(spec)
