@@ -145,8 +145,9 @@ def results_markdown(plan: ComparePlan, records: list[RunRecord], results: dict[
                     continue
                 base_mean = next(x.summary.mean for x in results[metric] if x.arm == base)
                 if r.summary.n == 0:
+                    finished = any(x.arm == r.arm and x.summary.n for x in results[primary])
                     why = ("its first evaluation comes after the baseline's whole compute (lower train.eval_every)"
-                           if metric.endswith(EQUAL_COMPUTE) else "no finished run")
+                           if finished else "no finished run")
                     lines.append(f"- **{r.arm}** at {label}: no value ({why}).")
                     continue
                 lines.append(f"- **{r.arm}** at {label}, `{primary}` {sentence(r, base, base_mean, cfg.confidence)}.")
