@@ -143,7 +143,7 @@ def _grouped_bars(arms: list[str], groups: list[str], data: dict[str, dict[str, 
 
     colors = _colors(arms)
     width = 0.8 / max(1, len(arms))
-    fig, ax = plt.subplots(figsize=(max(7, 1.1 * len(groups) * max(1, len(arms)) * 0.35 + 3), 4.5))
+    fig, ax = plt.subplots(figsize=(min(16.0, max(7.0, 0.2 * len(groups) * len(arms) + 3)), 4.5))
     x = np.arange(len(groups))
     for i, arm in enumerate(arms):
         vals = [data.get(arm, {}).get(g, []) for g in groups]
