@@ -15,7 +15,11 @@ an upper bound of core-seconds there. What is counted:
 | trainer wait | ``time/wait_sec`` (waiting for a decided chunk; staleness 0 makes it real) | × num_workers |
 | influence | ``influence_sec`` per chunk: the slowest influence part (D3; look-ahead too) | × influence_actors |
 | solver | ``solver_sec`` per chunk (D3) | × 1 |
-| scoring | ``score_sec`` (selectors) and a curriculum's ``schedule_sec``: submit → decision latency of the scoring actor, an upper bound of its busy time | × 1 |
+| scoring | ``scoring_log.jsonl``: the seconds the scoring actor (curricula, selectors, reference models) spent in each call, spread evenly over the chunks | × 1 |
+
+Runs from before ``scoring_log.jsonl`` existed fall back to the records' ``score_sec`` (selectors)
+and a curriculum's ``schedule_sec``: submit → serve latencies, which include the time a decided
+chunk waited for the trainers (about one chunk of training), far above the scoring work.
 
 Not counted: evaluation (the same for every arm), checkpointing, start-up, and work a fallback
 chunk threw away (its record has no timings). Each chunk's actor seconds are charged at the chunk's
@@ -56,13 +60,29 @@ class ComputeBreakdown:
                 "compute/scoring_sec": self.scoring_sec, "compute/total_sec": self.total_sec}
 
 
-def chunk_actor_seconds(record: dict[str, Any], influence_actors: int = 1) -> dict[str, float]:
-    """Scheduler-actor seconds of one schedule-log record: ``{influence, solver, scoring}``."""
-    scoring = float(record.get("score_sec") or 0.0)
-    if "curriculum" in (record.get("scheduler"), record.get("order_scheduler")):
-        scoring += float(record.get("schedule_sec") or 0.0)
+def chunk_actor_seconds(record: dict[str, Any], influence_actors: int = 1,
+                        scoring_per_chunk: float | None = None) -> dict[str, float]:
+    """Scheduler-actor seconds of one schedule-log record: ``{influence, solver, scoring}``.
+
+    ``scoring_per_chunk``: the measured scoring seconds per chunk (``scoring_log.jsonl``); None falls
+    back to the record's latencies (``score_sec``, a curriculum's ``schedule_sec``), an upper bound.
+    """
+    if scoring_per_chunk is not None:
+        scoring = scoring_per_chunk
+    else:
+        scoring = float(record.get("score_sec") or 0.0)
+        if "curriculum" in (record.get("scheduler"), record.get("order_scheduler")):
+            scoring += float(record.get("schedule_sec") or 0.0)
     return {"influence": float(record.get("influence_sec") or 0.0) * influence_actors,
             "solver": float(record.get("solver_sec") or 0.0), "scoring": scoring}
+
+
+def _scoring_per_chunk(run_dir: Path, n_chunks: int) -> float | None:
+    """Measured scoring seconds (``scoring_log.jsonl``) per chunk; None when the run has no such log."""
+    path = run_dir / "scoring_log.jsonl"
+    if not path.is_file():
+        return None
+    return sum(float(r.get("sec") or 0.0) for r in read_jsonl(path)) / max(n_chunks, 1)
 
 
 def _step_rows(run_dir: Path) -> list[dict[str, Any]]:
@@ -73,9 +93,11 @@ def run_compute(run_dir: str | Path, num_workers: int, influence_actors: int = 1
     """The compute of the run in ``run_dir`` (see the module docstring for what is counted)."""
     run_dir = Path(run_dir)
     steps = _step_rows(run_dir)
+    records = read_jsonl(run_dir / "schedule_log.jsonl")
+    scoring = _scoring_per_chunk(run_dir, len(records))
     actors = {"influence": 0.0, "solver": 0.0, "scoring": 0.0}
-    for record in read_jsonl(run_dir / "schedule_log.jsonl"):
-        for part, sec in chunk_actor_seconds(record, influence_actors).items():
+    for record in records:
+        for part, sec in chunk_actor_seconds(record, influence_actors, scoring).items():
             actors[part] += sec
     return ComputeBreakdown(
         trainer_step_sec=num_workers * sum(float(r.get("time/step_sec") or 0.0) for r in steps),
@@ -87,8 +109,9 @@ def compute_curve(run_dir: str | Path, num_workers: int, influence_actors: int =
     """``(steps, cumulative compute after each step)``; a chunk's actor seconds count at its first step."""
     run_dir = Path(run_dir)
     rows = _step_rows(run_dir)
-    per_chunk = {r["chunk_id"]: sum(chunk_actor_seconds(r, influence_actors).values())
-                 for r in read_jsonl(run_dir / "schedule_log.jsonl")}
+    records = read_jsonl(run_dir / "schedule_log.jsonl")
+    scoring = _scoring_per_chunk(run_dir, len(records))
+    per_chunk = {r["chunk_id"]: sum(chunk_actor_seconds(r, influence_actors, scoring).values()) for r in records}
     seen: set[int] = set()
     steps, spent = [], []
     for r in rows:

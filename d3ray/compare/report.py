@@ -261,8 +261,8 @@ def _compute_table(records: list[RunRecord], arms: list[str], base: str) -> list
     for arm, m in means.items():
         ratio = m["total_sec"] / ref if ref and math.isfinite(ref) else float("nan")
         lines.append(f"| {arm} | " + " | ".join(f"{m[p]:.1f}" for p in parts) + f" | {_fmt(ratio, 2)} |")
-    return lines + ["", "Trainer parts × train.num_workers; influence × influence_actors; scoring is the scoring "
-                    "actor's submit→decision latency (an upper bound). See `d3ray/compare/compute.py`.", ""]
+    return lines + ["", "Trainer parts × train.num_workers; influence × influence_actors; scoring: the scoring "
+                    "actor's own busy seconds (`scoring_log.jsonl`). See `d3ray/compare/compute.py`.", ""]
 
 
 CSV_FIELDS = ["metric", "arm", "kind", "best_baseline", "n", "mean", "std", "eval_se", "diff_vs_baseline",

@@ -13,7 +13,11 @@ the trainers' own definitions.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,6 +46,7 @@ class ScoringWorker:
 
         if run_dir is not None:
             route_logs_to_run_dir(run_dir, role)
+        self.run_dir, self.role = run_dir, role
         torch.set_num_threads(1)
         self.micro = micro_batch_size
         self.version_key: Any = None
@@ -81,12 +86,22 @@ class ScoringWorker:
 
         return [ray.get(r) if hasattr(r, "hex") else r for r in batch_refs]
 
+    def _record_busy(self, call: str, rows: int, started: float) -> None:
+        """One line of ``<run_dir>/scoring_log.jsonl`` per call: the seconds this actor worked on it
+        (the compute accounting of ``d3ray compare``; a scheduler's own records hold latencies)."""
+        if self.run_dir is None:
+            return
+        line = {"role": self.role, "call": call, "rows": rows, "sec": time.perf_counter() - started, "pid": os.getpid()}
+        with open(Path(self.run_dir) / "scoring_log.jsonl", "a") as fh:
+            fh.write(json.dumps(line) + "\n")
+
     def losses(self, weights: list | None, batch_refs: list) -> np.ndarray:
         """Per-sequence token-mean losses of every row of every batch, in order: (n,) float64."""
         import torch
 
         from d3ray.lm_loss import sequence_losses
 
+        started = time.perf_counter()
         self._load(weights)
         out = []
         with torch.no_grad():
@@ -97,12 +112,15 @@ class ScoringWorker:
                     logits = self.model(input_ids=ids).logits
                     sums, counts = sequence_losses(logits, torch.as_tensor(labels[m:m + self.micro]))
                     out.append((sums / counts.clamp(min=1.0)).double().numpy())
-        return np.concatenate(out) if out else np.zeros(0)
+        scores = np.concatenate(out) if out else np.zeros(0)
+        self._record_busy("losses", len(scores), started)
+        return scores
 
     def embeddings(self, weights: list | None, batch_refs: list) -> np.ndarray:
         """Mean-pooled last hidden states of every row (over its valid tokens): (n, H) float32."""
         import torch
 
+        started = time.perf_counter()
         self._load(weights)
         out = []
         with torch.no_grad():
@@ -114,7 +132,9 @@ class ScoringWorker:
                     valid = torch.arange(ids.shape[1])[None, :] < torch.as_tensor(n_tokens[m:m + self.micro])[:, None]
                     pooled = (hidden * valid[..., None]).sum(1) / valid.sum(1, keepdim=True).clamp(min=1)
                     out.append(pooled.float().numpy())
-        return np.concatenate(out) if out else np.zeros((0, 0), dtype=np.float32)
+        pooled_all = np.concatenate(out) if out else np.zeros((0, 0), dtype=np.float32)
+        self._record_busy("embeddings", len(pooled_all), started)
+        return pooled_all
 
 
 def start_scorer(ctx: Any, reference: str | None, num_cpus: float, num_gpus: float, name: str) -> Any:

@@ -67,3 +67,16 @@ def test_compute_curve_charges_chunk_work_at_its_first_step_and_equal_compute_in
     assert at.value == pytest.approx(3.5) and not at.within_budget
     assert value_at_compute(e_steps, e_vals, steps, spent, 20.0).within_budget  # cheaper than the budget: final
     assert np.isnan(value_at_compute(e_steps, e_vals, steps, spent, 1.0).value)  # before the first eval
+
+
+def test_measured_scoring_log_replaces_the_latency_fields(tmp_path):
+    run = tmp_path / "run"
+    steps = [{"step": s, "chunk_id": (s - 1) // 2, "train/loss": 5.0, "time/step_sec": 1.0, "time/wait_sec": 0.0}
+             for s in range(1, 5)]
+    schedule = [{"chunk_id": c, "scheduler": "curriculum", "schedule_sec": 9.0} for c in (0, 1)]
+    write_run(run, steps, schedule)
+    assert run_compute(run, num_workers=1).scoring_sec == pytest.approx(18.0)  # latencies: the fallback
+    (run / "scoring_log.jsonl").write_text('{"call": "losses", "sec": 0.75}\n{"call": "losses", "sec": 0.25}\n')
+    assert run_compute(run, num_workers=1).scoring_sec == pytest.approx(1.0)
+    _, spent = compute_curve(run, num_workers=1)
+    assert spent.tolist() == pytest.approx([1.5, 2.5, 4.0, 5.0])  # 0.5 s of scoring per chunk
