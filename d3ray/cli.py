@@ -3,6 +3,7 @@
     d3ray pretrain [--config FILE.yaml] [--train.steps=200 ...]
     d3ray schedulers
     d3ray sweep --config tune_configs/k_L_gamma.yaml
+    d3ray compare --config jobs/configs/compare_pretrain_tiny.yaml
     d3ray solve MATRIX_FILE [--solver NAME] [--time-budget S] [--seed N]
     d3ray data sample --out DIR | d3ray data inspect PATH | d3ray data sft-sample --out DIR
     d3ray export CHECKPOINT --out DIR [--lora merged|adapter]
@@ -31,6 +32,7 @@ COMMAND_MODULES = (
     "d3ray.train.command",
     "d3ray.schedule.command",
     "d3ray.tune.command",
+    "d3ray.compare.command",
     "d3ray.solver.command",
     "d3ray.data.command",
     "d3ray.export.command",

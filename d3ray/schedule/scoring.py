@@ -26,9 +26,12 @@ dict (name → array), merged into the model.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import time
 from collections.abc import Callable, Hashable, Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -109,6 +112,7 @@ class ScoringWorker:
 
         if run_dir is not None:
             route_logs_to_run_dir(run_dir, role)
+        self.run_dir, self.role = run_dir, role
         torch.set_num_threads(1)
         self.micro = micro_batch_size
         self.model_config = model_config
@@ -276,22 +280,38 @@ class ScoringWorker:
         os.replace(tmp, path)
         return True
 
+    def _record_busy(self, call: str, rows: int, started: float) -> None:
+        """One line of ``<run_dir>/scoring_log.jsonl`` per call: the seconds this actor worked on it
+        (the compute accounting of ``d3ray compare``; a scheduler's own records hold latencies)."""
+        if self.run_dir is None:
+            return
+        line = {"role": self.role, "call": call, "rows": rows, "sec": time.perf_counter() - started, "pid": os.getpid()}
+        with open(Path(self.run_dir) / "scoring_log.jsonl", "a") as fh:
+            fh.write(json.dumps(line) + "\n")
+
     # ---- calls -----------------------------------------------------------------------------------
     def losses(self, weights: list | None, batch_refs: list) -> np.ndarray:
         """Per-sequence token-mean losses of every row of every batch, in order: (n,) float64."""
+        started = time.perf_counter()
         self._load(weights)
         out = [self.sequence_losses(ids, labels) for ids, _, labels in map(sequence_arrays, self._batches(batch_refs))]
-        return np.concatenate(out) if out else np.zeros(0)
+        scores = np.concatenate(out) if out else np.zeros(0)
+        self._record_busy("losses", len(scores), started)
+        return scores
 
     def embeddings(self, weights: list | None, batch_refs: list) -> np.ndarray:
         """Mean-pooled last hidden states of every row (over its valid tokens): (n, H) float32."""
+        started = time.perf_counter()
         self._load(weights)
         out = [self.embed(ids, n_tokens) for ids, n_tokens, _ in map(sequence_arrays, self._batches(batch_refs))]
-        return np.concatenate(out) if out else np.zeros((0, 0), dtype=np.float32)
+        pooled = np.concatenate(out) if out else np.zeros((0, 0), dtype=np.float32)
+        self._record_busy("embeddings", len(pooled), started)
+        return pooled
 
     def score(self, weights: list | None, batch_refs: list, scorer: Scorer) -> np.ndarray:
         """``scorer``'s (n,) scores of the candidates of ``batch_refs`` at ``weights``; its target is
         computed once per (target, weights version) and cached."""
+        started = time.perf_counter()
         self._load(weights)
         key = (scorer.target_key(), self.version_key)
         if key != self._target_key:
@@ -301,6 +321,7 @@ class ScoringWorker:
         scores = np.asarray(scorer.scores(self, self._batches(batch_refs), self._target), dtype=np.float64)
         if not np.all(np.isfinite(scores)):
             raise ValueError(f"{type(scorer).__name__}: non-finite selection scores")
+        self._record_busy(type(scorer).__name__, len(scores), started)
         return scores
 
 
