@@ -3,8 +3,11 @@
     d3ray pretrain [--config FILE.yaml] [--train.steps=200 ...]
     d3ray schedulers
     d3ray sweep --config tune_configs/k_L_gamma.yaml
+    d3ray compare --config jobs/configs/compare_pretrain_tiny.yaml
     d3ray solve MATRIX_FILE [--solver NAME] [--time-budget S] [--seed N]
-    d3ray data sample --out DIR | d3ray data inspect PATH
+    d3ray data sample --out DIR | d3ray data inspect PATH | d3ray data sft-sample --out DIR
+    d3ray export CHECKPOINT --out DIR [--lora merged|adapter]
+    d3ray eval MODEL_OR_CHECKPOINT --tasks KIND=FILE[,KIND=FILE...] --out results.json
     d3ray bench {solver,influence,pipeline} --out FILE.json
     d3ray plot schedule RUN_DIR
 
@@ -29,8 +32,11 @@ COMMAND_MODULES = (
     "d3ray.train.command",
     "d3ray.schedule.command",
     "d3ray.tune.command",
+    "d3ray.compare.command",
     "d3ray.solver.command",
     "d3ray.data.command",
+    "d3ray.export.command",
+    "d3ray.eval.command",
     "d3ray.bench.command",
     "d3ray.plot.command",
 )

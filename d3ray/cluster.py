@@ -38,6 +38,26 @@ def start_ray(ray_cfg: RayClusterConfig, env: dict[str, str]) -> bool:
     if ray_cfg.address not in (None, "local"):
         ray.init(address=ray_cfg.address)
         return True
-    num_cpus = ray_cfg.num_cpus or max(4, os.cpu_count() or 1)
-    ray.init(num_cpus=num_cpus, log_to_driver=True, logging_level=logging.WARNING)
+    init_local_ray(ray_cfg.num_cpus or max(4, os.cpu_count() or 1), log_to_driver=True)
     return True
+
+
+def init_local_ray(num_cpus: int, log_to_driver: bool) -> None:
+    """Start a local Ray instance whose processes all know its dashboard address.
+
+    Ray's State API (used by Ray Train's placement-group cleaner) otherwise looks the cluster up by
+    scanning for running GCS processes, and fails with "Found multiple active Ray instances" when
+    another Ray instance runs on the machine. Choosing the dashboard port here and exporting
+    ``RAY_API_SERVER_ADDRESS`` before ``ray.init`` (so that the raylet and every worker inherit it)
+    pins every lookup to this instance.
+    """
+    import socket
+
+    import ray
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    os.environ["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{port}"
+    ray.init(num_cpus=num_cpus, log_to_driver=log_to_driver, logging_level=logging.WARNING,
+             include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=port)

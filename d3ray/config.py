@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from d3ray.data.config import DataConfig
+from d3ray.data.sft import SftDataConfig
 from d3ray.influence.config import InfluenceConfig, SjltSketchConfig
 from d3ray.schedule.config import ScheduleConfig
 from d3ray.schedule.order.configs import D3ScheduleConfig
@@ -56,6 +57,9 @@ class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    sft: SftDataConfig | None = None
+    """Supervised fine-tuning on ``{prompt, response, task}`` records (loss on response tokens only;
+    ``task`` is the domain) instead of pre-training on ``data``; ``d3ray finetune`` sets it."""
     schedule: ScheduleConfig = field(default_factory=lambda: FIRST_RUN_SCHEDULE)
     """The data scheduler. The default is D3 with the knobs that keep up with two trainers on a
     2-core laptop (``d3ray bench pipeline``); ``--schedule.type=random`` is the baseline."""

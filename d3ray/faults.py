@@ -69,24 +69,25 @@ def marker(run_dir: str | Path, name: str) -> Path:
     return Path(run_dir) / ".faults" / name
 
 
-def exit_once(run_dir: str | Path, name: str, what: str) -> None:
-    """Exit this process (``os._exit(1)``, no cleanup, as a crash) unless drill ``name`` already fired."""
+def fire_once(run_dir: str | Path, name: str, what: str) -> bool:
+    """Mark drill ``name`` as fired and log ``what``; False if it had fired already (then do nothing)."""
     path = marker(run_dir, name)
     if path.exists():
-        return
+        return False
     path.parent.mkdir(parents=True, exist_ok=True)
     path.touch()
     logger.warning("fault drill %s: %s", name, what)
-    os._exit(1)
+    return True
+
+
+def exit_once(run_dir: str | Path, name: str, what: str) -> None:
+    """Exit this process (``os._exit(1)``, no cleanup, as a crash) unless drill ``name`` already fired."""
+    if fire_once(run_dir, name, what):
+        os._exit(1)
 
 
 def hold_once(run_dir: str | Path, name: str, release: str, what: str, poll_s: float = 0.05) -> None:
     """Block until ``.faults/<release>`` exists, unless drill ``name`` already fired (then return at once)."""
-    path = marker(run_dir, name)
-    if path.exists():
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.touch()
-    logger.warning("fault drill %s: %s", name, what)
-    while not marker(run_dir, release).exists():
-        time.sleep(poll_s)
+    if fire_once(run_dir, name, what):
+        while not marker(run_dir, release).exists():
+            time.sleep(poll_s)

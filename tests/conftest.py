@@ -44,8 +44,10 @@ def start_local_ray():
     tests of the session; a test that needs its own cluster shuts it down and the next one restarts it."""
     import ray
 
+    from d3ray.cluster import init_local_ray
+
     if not ray.is_initialized():
-        ray.init(num_cpus=4, include_dashboard=True, log_to_driver=False)
+        init_local_ray(num_cpus=4, log_to_driver=False)
     return ray
 
 

@@ -1,4 +1,4 @@
-"""``d3ray bench {solver,influence,pipeline,data}``: benchmarks run side by side with their baseline in
+"""``d3ray bench {solver,influence,pipeline,finetune,eval,data}``: benchmarks run side by side with their baseline in
 one process, reported as ratios, written as JSON (``--out FILE.json``)."""
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ BENCHMARKS = {
     "solver": "ordering solvers vs RSR and the exact optimum on planted, random and influence S",
     "influence": "influence estimators and sketches: cost vs a training step, fidelity vs the reference",
     "pipeline": "a D3 run vs a random-order run on the same tokens: throughput ratio, trainer wait",
+    "finetune": "LoRA vs full fine-tuning of the small model on the same SFT tokens: step time ratio",
+    "eval": "1,000-example cloze and multiple-choice tasks on the tiny model through lm-eval: seconds vs 60 s",
     "data": "the data stream (plain and mixed, 1 and N actors) vs a plain loop: tokens/s, resume, epoch gap",
 }
 

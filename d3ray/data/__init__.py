@@ -11,12 +11,16 @@ import importlib
 from typing import Any
 
 from d3ray.data.config import DEFAULT_DOMAINS, DataConfig, TokenizerConfig, canonical_domain
+from d3ray.data.labels import IGNORE_INDEX, batch_width, lm_labels
 from d3ray.data.mixture import draw_domains, require_mixable, validate_mixture
 from d3ray.data.packing import PackedSequence, SequencePacker, TokenizedDocument, parse_sample_id
 from d3ray.data.records import BAD_REASONS, BadRecordFractionError, BadRecordLedger, Document, iter_documents
 from d3ray.data.report import CorpusReport, inspect
 from d3ray.data.sample import write_sample_corpus
+from d3ray.data.sft import SFT_BAD_REASONS, SftDataConfig, SftRecord, iter_sft_records, render_record
+from d3ray.data.sft_sequences import SftStats, iter_sft_sequences, read_sft_records
 from d3ray.data.shards import Shard, ShardPosition, list_shards
+from d3ray.data.skills import check_answer, generate_suite, write_sft_suite
 
 _LAZY = {
     "document_dataset": "d3ray.data.pipeline",
@@ -25,6 +29,7 @@ _LAZY = {
     "ensure_tokenizer": "d3ray.data.tokenizer",
     "load_tokenizer": "d3ray.data.tokenizer",
     "train_tokenizer": "d3ray.data.tokenizer",
+    "train_tokenizer_from_texts": "d3ray.data.tokenizer",
     "load_eval_sequences": "d3ray.data.evaluation",
     "load_text_file_sequences": "d3ray.data.evaluation",
 }
@@ -32,6 +37,20 @@ _LAZY = {
 __all__ = [
     "BAD_REASONS",
     "DEFAULT_DOMAINS",
+    "IGNORE_INDEX",
+    "SFT_BAD_REASONS",
+    "SftDataConfig",
+    "SftRecord",
+    "SftStats",
+    "batch_width",
+    "check_answer",
+    "generate_suite",
+    "iter_sft_records",
+    "iter_sft_sequences",
+    "lm_labels",
+    "read_sft_records",
+    "render_record",
+    "write_sft_suite",
     "BadRecordFractionError",
     "BadRecordLedger",
     "CorpusReport",

@@ -2,6 +2,7 @@
 
 d3ray data sample --out DIR [--seed N] [--train-docs N] [--validation-docs N]
 d3ray data inspect PATH [PATH ...] [--tokenizer DIR] [--layout auto] [--domains any] [--json]
+d3ray data sft-sample --out DIR [--seed N] [--train-per-skill N] [--test-per-skill N]
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sample.add_argument("--validation-docs", type=int, default=280, help="validation documents (default 280)")
     sample.add_argument("--train-shards", type=int, default=4, help="training shard files (default 4)")
     sample.set_defaults(func=_sample)
+
+    sft = sub.add_parser("sft-sample", help="write the generated multi-skill SFT suite (train/ and test/ JSONL)")
+    sft.add_argument("--out", required=True, help="output folder (train/, test/ and manifest.json)")
+    sft.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+    sft.add_argument("--train-per-skill", type=int, default=1200, help="training records per skill (default 1200)")
+    sft.add_argument("--test-per-skill", type=int, default=200, help="held-out records per skill (default 200)")
+    sft.set_defaults(func=_sft_sample)
 
     insp = sub.add_parser("inspect", help="records, tokens and bad records per domain and per shard")
     insp.add_argument(
@@ -51,6 +59,21 @@ def _sample(args: argparse.Namespace) -> int:
         train_shards=args.train_shards,
     )
     print(f"wrote the sample corpus to {out} (train/ and validation/)")
+    return 0
+
+
+def _sft_sample(args: argparse.Namespace) -> int:
+    import json
+
+    from d3ray.data.skills import write_sft_suite
+
+    out = write_sft_suite(
+        args.out, seed=args.seed, train_per_skill=args.train_per_skill, test_per_skill=args.test_per_skill
+    )
+    counts = json.loads((out / "manifest.json").read_text())["counts"]
+    for split, skills in counts.items():
+        print(f"{split}: " + ", ".join(f"{skill} {sum(levels.values())}" for skill, levels in skills.items()))
+    print(f"wrote the SFT skill suite to {out} (train/, test/, manifest.json)")
     return 0
 
 

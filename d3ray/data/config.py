@@ -60,6 +60,8 @@ class TokenizerConfig:
     """How many training documents to sample (deterministically) for BPE training."""
     train_chars_per_doc: int = 20_000
     """Each sampled document is cut to this many characters, so a whole book cannot dominate."""
+    split_digits: bool = False
+    """Make every digit its own pre-token (never merged), as LLaMA and PaLM do; for arithmetic SFT."""
 
     def __post_init__(self) -> None:
         if self.vocab_size < 300:

@@ -42,12 +42,15 @@ class PackedSequence:
 
     ``tokens``: (T,) int32. ``n_tokens`` real tokens come first; a final partial sequence of a
     domain (from :meth:`SequencePacker.flush`) is right-padded with EOS and has ``n_tokens < T``.
+    ``loss_mask``: (T,) bool, the tokens that are targets of the loss (SFT: responses and their
+    EOS, see ``sft_sequences.py``); None means every real token (pre-training).
     """
 
     tokens: np.ndarray
     domain: str
     sample_id: str
     n_tokens: int
+    loss_mask: np.ndarray | None = None
 
 
 @dataclass(frozen=True)

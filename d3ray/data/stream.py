@@ -33,6 +33,7 @@ The bad-record ledger counts records as they are read: a resumed reader counts f
 
 from __future__ import annotations
 
+import base64
 import itertools
 import logging
 import threading
@@ -93,6 +94,55 @@ class CorpusSource:
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_eos_id": None}
+
+
+class IterableSource:
+    """A source over any deterministic per-epoch iterator of sequences (SFT records): no seeking, its
+    reader's state is the number of sequences taken and a resumed reader reads that many again and
+    drops them (fine for SFT sets; pre-training corpora go through :class:`CorpusSource`). It has no
+    per-domain lanes, so it cannot be mixed.
+
+    Args:
+        sequences_for_epoch: ``epoch -> iterator of PackedSequence``, the same for the same epoch.
+        ledger: the bad-record ledger the iterator fills, if any.
+    """
+
+    def __init__(self, sequences_for_epoch: Any, ledger: BadRecordLedger | None = None) -> None:
+        self.sequences_for_epoch = sequences_for_epoch
+        self.ledger = ledger
+        self.domains: list[str] = []
+
+    def reader(self, epoch: int, lane: str | None, state: dict[str, Any] | None) -> _IterableReader:
+        if lane is not None:
+            raise ValueError("this source (SFT records) has no per-domain streams: it cannot be mixed")
+        return _IterableReader(iter(self.sequences_for_epoch(epoch)), int(state["taken"]) if state else 0)
+
+
+class _IterableReader:
+    def __init__(self, sequences: Iterator[PackedSequence], skip: int) -> None:
+        self._sequences = sequences
+        self.taken = 0
+        self.near_end = False
+        for _ in range(skip):
+            next(self._sequences)
+            self.taken += 1
+
+    def prestart(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+    def __iter__(self) -> _IterableReader:
+        return self
+
+    def __next__(self) -> PackedSequence:
+        seq = next(self._sequences)
+        self.taken += 1
+        return seq
+
+    def state(self) -> dict[str, Any]:
+        return {"taken": self.taken}
 
 
 class SequenceReader:
@@ -296,12 +346,20 @@ class ShuffleBuffer:
 
 
 def _sequence_to_dict(seq: PackedSequence) -> dict[str, Any]:
-    return {"tokens": encode_tokens(seq.tokens), "domain": seq.domain, "sample_id": seq.sample_id,
-            "n_tokens": int(seq.n_tokens)}
+    out = {"tokens": encode_tokens(seq.tokens), "domain": seq.domain, "sample_id": seq.sample_id,
+           "n_tokens": int(seq.n_tokens)}
+    if seq.loss_mask is not None:  # SFT: (T,) bool as base64 of packed bits
+        out["loss_mask"] = base64.b64encode(np.packbits(np.asarray(seq.loss_mask, dtype=bool)).tobytes()).decode()
+    return out
 
 
 def _sequence_from_dict(data: dict[str, Any]) -> PackedSequence:
-    return PackedSequence(decode_tokens(data["tokens"]), data["domain"], data["sample_id"], int(data["n_tokens"]))
+    tokens = decode_tokens(data["tokens"])
+    mask = None
+    if "loss_mask" in data:
+        bits = np.frombuffer(base64.b64decode(data["loss_mask"]), dtype=np.uint8)
+        mask = np.unpackbits(bits)[: len(tokens)].astype(bool)
+    return PackedSequence(tokens, data["domain"], data["sample_id"], int(data["n_tokens"]), mask)
 
 
 class Lane:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from d3ray.data.config import DataConfig
+from d3ray.data.config import DataConfig, TokenizerConfig
 from d3ray.data.records import iter_documents
 from d3ray.data.shards import Shard
 from d3ray.errors import DataPathError
@@ -75,20 +75,34 @@ def train_tokenizer(shards: Sequence[Shard], cfg: DataConfig, out_dir: str | Pat
     Returns:
         ``out_dir``, loadable with :func:`load_tokenizer` or ``AutoTokenizer.from_pretrained``.
     """
+    texts = list(sample_training_texts(shards, cfg))
+    return train_tokenizer_from_texts(texts, cfg.tokenizer, out_dir)
+
+
+def train_tokenizer_from_texts(texts: Sequence[str], tcfg: TokenizerConfig, out_dir: str | Path) -> Path:
+    """Train a byte-level BPE on ``texts`` (e.g. the SFT suite's prompts and responses) into ``out_dir``.
+
+    Byte-level BPE encodes any text (256 byte symbols, no unknown token). With
+    ``tcfg.split_digits`` every digit is its own pre-token, so numbers are never merged into
+    multi-digit tokens (as LLaMA and PaLM do): arithmetic then works digit by digit.
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     out = Path(out_dir)
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if tcfg.split_digits:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+    else:
+        tok.pre_tokenizer = byte_level
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=cfg.tokenizer.vocab_size,
+        vocab_size=tcfg.vocab_size,
         special_tokens=[EOS_TOKEN],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    texts = list(sample_training_texts(shards, cfg))
     tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token=EOS_TOKEN, bos_token=EOS_TOKEN, unk_token=EOS_TOKEN
@@ -96,13 +110,7 @@ def train_tokenizer(shards: Sequence[Shard], cfg: DataConfig, out_dir: str | Pat
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        fast.save_pretrained(str(tmp))
-        # Name the class every transformers version knows (5.x writes its own "TokenizersBackend").
-        config_file = tmp / "tokenizer_config.json"
-        config = json.loads(config_file.read_text())
-        config.pop("backend", None)
-        config["tokenizer_class"] = "PreTrainedTokenizerFast"
-        config_file.write_text(json.dumps(config, indent=2) + "\n")
+        save_tokenizer(fast, tmp)
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
@@ -110,12 +118,24 @@ def train_tokenizer(shards: Sequence[Shard], cfg: DataConfig, out_dir: str | Pat
         if tmp.exists():
             shutil.rmtree(tmp)
     logger.info(
-        "trained a byte-level BPE tokenizer (%d tokens, on %d docs) into %s",
+        "trained a byte-level BPE tokenizer (%d tokens, on %d texts) into %s",
         tok.get_vocab_size(),
         len(texts),
         out,
     )
     return out
+
+
+def save_tokenizer(tokenizer: PreTrainedTokenizerFast, out_dir: str | Path) -> None:
+    """``save_pretrained``, naming the class every transformers version knows (5.x writes its own
+    ``TokenizersBackend``, which 4.x cannot load)."""
+    tokenizer.save_pretrained(str(out_dir))
+    config_file = Path(out_dir) / "tokenizer_config.json"
+    config = json.loads(config_file.read_text())
+    if config.get("tokenizer_class") == "TokenizersBackend":
+        config.pop("backend", None)
+        config["tokenizer_class"] = "PreTrainedTokenizerFast"
+        config_file.write_text(json.dumps(config, indent=2) + "\n")
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:

@@ -52,7 +52,8 @@ class GlobalBatch:
         n_tokens: (B,) valid tokens per row (< T only for a padded stream tail).
         sample_ids: B stable ids "<epoch>/<shard>:<line>:<offset>" (the domain's epoch when mixing).
         domains: B domain labels.
-        loss_mask: (B, T) bool, True where a token is a loss target (SFT: the response); None = all.
+        loss_mask: (B, T) bool targets of the loss (SFT), or None: every real token is a target.
+            Labels come from ``d3ray.data.labels.lm_labels(input_ids, n_tokens, loss_mask)``.
     """
 
     input_ids: np.ndarray
@@ -145,17 +146,25 @@ class ChunkStreamStats:
 
 def make_batch(sequences: Sequence[Any], epochs: int | Sequence[int]) -> GlobalBatch:
     """Stack packed sequences (``tokens``, ``n_tokens``, ``sample_id``, ``domain``, optional
-    ``loss_mask``) into a batch; ``epochs`` is the epoch of all of them or one per sequence."""
+    ``loss_mask``) into a batch; ``epochs`` is the epoch of all of them or one per sequence. A batch
+    has a loss mask when any of its sequences has one; a sequence without one then gets
+    ``position < n_tokens``."""
     per_seq = [epochs] * len(sequences) if isinstance(epochs, int) else list(epochs)
+    input_ids = np.stack([np.asarray(s.tokens, dtype=np.int32) for s in sequences])
+    n_tokens = np.asarray([s.n_tokens for s in sequences], dtype=np.int32)
     masks = [getattr(s, "loss_mask", None) for s in sequences]
+    loss_mask = None
+    if any(m is not None for m in masks):
+        loss_mask = np.arange(input_ids.shape[1])[None, :] < n_tokens[:, None]  # (B, T)
+        for row, m in enumerate(masks):
+            if m is not None:
+                loss_mask[row] = np.asarray(m, dtype=bool)
     return GlobalBatch(
-        input_ids=np.stack([np.asarray(s.tokens, dtype=np.int32) for s in sequences]),
-        n_tokens=np.asarray([s.n_tokens for s in sequences], dtype=np.int32),
+        input_ids=input_ids,
+        n_tokens=n_tokens,
         sample_ids=tuple(f"{e}/{s.sample_id}" for s, e in zip(sequences, per_seq, strict=True)),
         domains=tuple(s.domain for s in sequences),
-        loss_mask=None if all(m is None for m in masks) else np.stack([
-            np.ones(len(s.tokens), dtype=bool) if m is None else np.asarray(m, dtype=bool)
-            for s, m in zip(sequences, masks, strict=True)]),
+        loss_mask=loss_mask,
     )
 
 

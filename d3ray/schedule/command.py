@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,7 +19,7 @@ def rows() -> list[tuple[str, str, str, str]]:
     out = []
     for name in ScheduleConfig.known():
         cls = ScheduleConfig.lookup(name)
-        doc = " ".join((cls.__doc__ or "").split()).split(". ")[0].rstrip(".") + "."
+        doc = re.split(r"(?<!et al)\.\s", " ".join((cls.__doc__ or "").split()))[0].rstrip(".") + "."
         out.append((name, str(cls.kind), doc, cls.paper or "-"))
     return sorted(out, key=lambda r: (r[1], r[0]))
 

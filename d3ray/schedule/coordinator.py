@@ -102,7 +102,7 @@ class ScheduleCoordinator:
     """Produces decided chunks ahead of the trainers (plain class; wrapped by ``ray.remote`` at creation).
 
     Args:
-        make_stream: ``make_stream(cursor)`` gives a fresh, deterministic :class:`ChunkStream` that
+        make_stream: ``make_stream(cursor=...)`` gives a fresh, deterministic :class:`ChunkStream` that
             starts at ``cursor`` (a ``Chunk.cursor``), or at chunk 0 when it is None.
         scheduler: decides each chunk.
         needs: what the scheduler needs (its config's ``needs()``).
@@ -375,7 +375,7 @@ class ScheduleCoordinator:
             self.state.restarts_from_cursor += 1
         if self._stream is not None:
             self._stream.close()
-        self._stream = self._make_stream(cursor)
+        self._stream = self._make_stream(cursor=cursor)
         self._iter = iter(self._stream)
         self.state.stream_restarts += 1
         next_id = start or 0
@@ -390,7 +390,7 @@ class ScheduleCoordinator:
         import ray
 
         if self._iter is None:
-            self._stream = self._make_stream(None)
+            self._stream = self._make_stream(cursor=None)
             self._iter = iter(self._stream)
         chunk = next(self._iter)
         assert chunk.chunk_id == self._next_id, (chunk.chunk_id, self._next_id)

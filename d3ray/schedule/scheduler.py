@@ -213,8 +213,8 @@ class Decided:
         return self.decision
 
 
-class StatelessScheduler:
-    """Base of schedulers that decide from the chunk and the seed alone (no actors, no state)."""
+class SchedulerBase:
+    """Defaults of the protocol for schedulers without feedback, state or actors; override what applies."""
 
     def observe(self, feedback: ChunkFeedback) -> None:
         return None

@@ -1,8 +1,11 @@
-"""The run's chunk stream: data (Ray Data reader, tokenizer, packer) → chunks, built inside the coordinator.
+"""The run's chunk stream: data → chunks, built inside the coordinator.
 
-The assembly of the stages lives here, between the data package (which knows shards and tokens) and
-the coordinator (which knows chunks and decisions): ``ChunkStream`` over a ``CorpusSource``,
-with the chunk length the scheduler asks for (its candidate window).
+The assembly of the stages lives here, between the data package (which knows shards, records and
+tokens) and the coordinator (which knows chunks and decisions): ``ChunkStream`` over a
+``CorpusSource`` (the packed pre-training sequences of the Ray Data reader: resumable by seeking,
+mixable by domain), or over SFT records with their loss masks (``iter_sft_sequences``, the task as
+the domain, through an ``IterableSource``), with the chunk length the scheduler asks for (its
+candidate window).
 """
 
 from __future__ import annotations
@@ -10,18 +13,26 @@ from __future__ import annotations
 from typing import Any
 
 from d3ray.data.config import DataConfig
+from d3ray.data.sft import SftDataConfig
 from d3ray.schedule.chunker import ChunkStream
 
 
 def build_chunk_stream(
     shards: list[Any], data: DataConfig, tokenizer_dir: str, batch_size: int, chunk_len: int,
-    shuffle_buffer: int, seed: int, cursor: dict[str, Any] | None = None,
+    shuffle_buffer: int, seed: int, sft: SftDataConfig | None = None, cursor: dict[str, Any] | None = None,
     mixture_for_chunk: Any = None,
 ) -> ChunkStream:
-    """The run's deterministic chunk stream over Ray Data (needs Ray; built in the coordinator actor),
+    """The run's deterministic chunk stream (needs Ray for pre-training data; built in the coordinator),
     from ``cursor`` (a ``Chunk.cursor``) when given, drawn by domain when ``mixture_for_chunk`` is given."""
-    from d3ray.data.stream import CorpusSource
+    from d3ray.data.records import BadRecordLedger
+    from d3ray.data.stream import CorpusSource, IterableSource
 
-    source = CorpusSource(shards, data, tokenizer_dir)
+    ledger = BadRecordLedger()
+    if sft is not None:
+        from d3ray.data.sft_sequences import iter_sft_sequences
+
+        source: Any = IterableSource(lambda epoch: iter_sft_sequences(sft, tokenizer_dir, ledger), ledger)
+    else:
+        source = CorpusSource(shards, data, tokenizer_dir, ledger)
     return ChunkStream(source, batch_size, chunk_len, shuffle_buffer, seed,
                        mixture_for_chunk=mixture_for_chunk, cursor=cursor)

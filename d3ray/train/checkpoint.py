@@ -5,6 +5,8 @@ Layout of one checkpoint directory (Ray Train merges the per-rank directories in
     deepspeed/           engine.save_checkpoint (model, optimizer, LR schedule; ZeRO shards per rank)
     state.json           TrainState: step, data cursor (chunk id, position), tokens, schedule state
                          (the coordinator's ``checkpoint_state``: next decisions, scheduler state)
+    model.json           the transformers config of the model (and the peft LoRA config, if any), so
+                         that ``d3ray export`` / ``d3ray eval`` can rebuild it from the checkpoint alone
     rng_rank<r>.pt       torch / numpy / python RNG state of rank r
     tokenizer/           the run's tokenizer (so a checkpoint is self-contained)
 """
@@ -48,8 +50,23 @@ def save_checkpoint(engine, state: TrainState, directory: Path, rank: int, token
     )
     if rank == 0:
         (directory / "state.json").write_text(json.dumps(asdict(state)))
+        (directory / "model.json").write_text(json.dumps(describe_model(engine.module), indent=2))
         if tokenizer_dir is not None:
             shutil.copytree(tokenizer_dir, directory / "tokenizer", dirs_exist_ok=True)
+
+
+def describe_model(module) -> dict:
+    """``{"config": transformers config dict, "lora": peft LoRA config dict or None}`` of a model.
+
+    A peft model (LoRA) is described by its base model's config plus its adapter config; every
+    set in the adapter config (``target_modules``) becomes a sorted list, so the dict is JSON.
+    """
+    lora = None
+    if hasattr(module, "peft_config") and hasattr(module, "get_base_model"):
+        raw = module.peft_config["default"].to_dict()
+        lora = {k: sorted(v) if isinstance(v, set) else v for k, v in raw.items()}
+        module = module.get_base_model()
+    return {"config": json.loads(module.config.to_json_string(use_diff=False)), "lora": lora}
 
 
 def load_checkpoint(engine, directory: Path, rank: int) -> TrainState:

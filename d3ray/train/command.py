@@ -1,26 +1,83 @@
-"""``d3ray pretrain``: run (or resume) a pre-training job on a local or existing Ray cluster."""
+"""``d3ray pretrain`` and ``d3ray finetune``: run (or resume) a training job on a local or existing Ray cluster."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+#: The embedded ``d3ray finetune`` default: the tiny model on the generated skill suite (digit copy →
+#: addition → multiplication, sorting, reversal, word problems), response-only loss, exact match on the
+#: held-out split at the end. Dotted overrides and ``--config`` files apply on top.
+FINETUNE_DEFAULTS = [
+    "--name=d3ray-sft-tiny", "--sft={seq_len: 64}", "--data.seq_len=64", "--data.tokenizer.vocab_size=512",
+    "--train.steps=240", "--train.lr=0.001", "--train.warmup_steps=20", "--train.eval_every=0",
+    "--eval.max_sequences_per_domain=32", "--eval.tasks=sft={suite}/test",
+]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "pretrain",
-        help="pre-train a causal LM with a data scheduler (default: tiny GPT-2, random order, sample data)",
+        help="pre-train a causal LM with a data scheduler (default: tiny GPT-2, D3 order, sample data)",
         description="Run a pre-training job. Without --config, the tiny default runs on generated sample "
-        "data. Dotted overrides follow: --train.steps=200 --schedule.type=d3.",
+        "data. Dotted overrides follow: --train.steps=200 --schedule.type=random.",
     )
     parser.add_argument("--config", help="values-only YAML file (see jobs/configs/)")
-    parser.set_defaults(func=run, accepts_overrides=True)
+    parser.set_defaults(func=run_pretrain_command, accepts_overrides=True)
+
+    sft = subparsers.add_parser(
+        "finetune",
+        help="supervised fine-tuning (full or LoRA) with a data scheduler (default: tiny GPT-2, skill suite)",
+        description="Fine-tune on {prompt, response, task} JSONL records, loss on the response only. Without "
+        "--config, the tiny default runs on the generated skill suite. --from starts from a d3ray checkpoint "
+        "or a local Hugging Face model directory; --model.lora={r: 8} trains LoRA adapters only.",
+    )
+    sft.add_argument("--config", help="values-only YAML file (see jobs/configs/); it must set sft:")
+    sft.add_argument("--from", dest="init", metavar="PATH",
+                     help="a d3ray checkpoint directory or a local Hugging Face model directory to start from")
+    sft.set_defaults(func=run_finetune_command, accepts_overrides=True)
 
 
-def run(args: argparse.Namespace) -> int:
+def run_pretrain_command(args: argparse.Namespace) -> int:
     from d3ray.config import RunConfig
     from d3ray.config_loading import load_config
     from d3ray.train.run import run_pretrain
 
-    cfg = load_config(RunConfig, args.config, args.overrides)
-    run_pretrain(cfg)
+    run_pretrain(load_config(RunConfig, args.config, args.overrides))
     return 0
+
+
+def run_finetune_command(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from d3ray.config import RunConfig
+    from d3ray.config_loading import load_config
+    from d3ray.errors import UserError
+    from d3ray.train.run import run_pretrain
+
+    defaults = [] if args.config else FINETUNE_DEFAULTS
+    cfg = load_config(RunConfig, args.config, [*defaults, *args.overrides])
+    if cfg.sft is None:
+        raise UserError(f"{args.config}: a fine-tuning config needs an `sft:` section (the SFT records)")
+    if args.init:
+        cfg = start_from(cfg, Path(args.init))
+    run_pretrain(dataclasses.replace(cfg))
+    return 0
+
+
+def start_from(cfg, source: Path):
+    """The run, starting from ``source``: exported once into ``<run_dir>/init_model`` (a Hugging Face
+    directory with its tokenizer), which the model and the tokenizer then load from."""
+    import dataclasses
+
+    from d3ray.errors import DataPathError
+    from d3ray.export.write import export_model
+
+    if not source.exists():
+        raise DataPathError(f"--from {source}: no such checkpoint or model directory")
+    target = cfg.run_dir / "init_model"
+    if not (target / "config.json").exists():
+        export_model(source, target)
+    model = dataclasses.replace(cfg.model, pretrained_path=str(target))
+    tokenizer = dataclasses.replace(cfg.data.tokenizer, path=str(target))
+    return dataclasses.replace(cfg, model=model, data=dataclasses.replace(cfg.data, tokenizer=tokenizer))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from d3ray.train.lora import LoraConfig
+
 
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
@@ -19,6 +21,9 @@ class ModelConfig:
     """A local Hugging Face model directory to start from instead of random init (no hub downloads)."""
     overrides: dict[str, int | float | str | bool] = field(default_factory=dict)
     """Extra transformers config fields, e.g. ``{n_layer: 4}``; applied over the preset."""
+    lora: LoraConfig | None = None
+    """Low-rank adapters (peft) instead of full fine-tuning: only the adapters train, and every
+    process that rebuilds the model (influence and scoring actors, export) builds the same adapters."""
     attn_implementation: str = "eager"
     """Attention kernel for training: eager (works everywhere, needed for double backward on CPU),
     sdpa, or flash_attention_2 on GPUs."""
@@ -112,3 +117,10 @@ class EvalConfig:
     """Sequences taken from each out-of-domain file."""
     micro_batch_size: int = 8
     """Sequences per evaluation forward pass."""
+    sft_paths: list[str] = field(default_factory=list)
+    """SFT runs: held-out SFT files whose per-task response loss is evaluated (default: the generated
+    suite's test split when the suite is generated)."""
+    tasks: str = ""
+    """lm-evaluation-harness tasks run at every evaluation, ``KIND=FILE[,KIND=FILE...]`` with kinds
+    ppl, domains, cloze, choice, sft (see ``d3ray eval``); ``{suite}`` is the generated SFT suite's
+    directory. Empty: none."""

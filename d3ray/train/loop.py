@@ -41,6 +41,8 @@ class WorkerSpec:
     tokenizer_dir: str
     publish_weights: bool
     send_feedback: bool
+    eval_tasks: list[Any]
+    """[ObjectRef of the prepared lm-eval tasks] (``eval.tasks``), or []."""
 
 
 def publish_snapshot(engine, zero_stage: int, rank: int, coordinator, version: int) -> None:
@@ -73,6 +75,28 @@ def micro_weights(chunk, position: int, rows: slice, losses: np.ndarray | None) 
     return None
 
 
+def harness_metrics(engine, tasks: list[Any], tokenizer_dir: str, rank: int, zero_stage: int) -> dict[str, float]:
+    """``eval.tasks`` through lm-evaluation-harness on rank 0 (the other ranks wait; under ZeRO-3 every
+    rank takes part in gathering the full parameters first)."""
+    import contextlib
+
+    import deepspeed
+    import torch.distributed as dist
+
+    from d3ray.data.tokenizer import load_tokenizer
+    from d3ray.eval.harness import run_eval_tasks
+
+    gather = (deepspeed.zero.GatheredParameters(list(engine.module.parameters())) if zero_stage == 3
+              else contextlib.nullcontext())
+    metrics: dict[str, float] = {}
+    with gather:
+        if rank == 0:
+            metrics = run_eval_tasks(engine.module, load_tokenizer(tokenizer_dir), tasks)
+        if dist.is_initialized():
+            dist.barrier()
+    return metrics
+
+
 def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     """Ray Train entry point; returns rank 0's final metrics (→ ``Result.return_value``)."""
     import deepspeed
@@ -82,7 +106,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     import torch.distributed as dist
 
     from d3ray import faults
-    from d3ray.data.labels import lm_labels
+    from d3ray.data.labels import batch_width, lm_labels
     from d3ray.errors import UserError
     from d3ray.lm_loss import sequence_losses, step_loss
     from d3ray.run_files import route_logs_to_run_dir
@@ -126,6 +150,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     plan = faults.load_plan(run_dir) if rank == 0 else faults.FaultPlan()
     logs = RunLogs(run_dir, state.step, state.next_chunk + (1 if state.position else 0)) if rank == 0 else None
     eval_sets = ray.get(spec.eval_sets[0]) if spec.eval_sets else {}
+    eval_tasks = ray.get(spec.eval_tasks[0]) if spec.eval_tasks else []
     per_rank = tcfg.global_batch_size // world
     micro = tcfg.micro_batch_size
     last_eval: dict[str, float] = {}
@@ -134,9 +159,11 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
         publish_snapshot(engine, tcfg.zero_stage, rank, coordinator, version=state.next_chunk)
 
     def run_eval() -> dict[str, float]:
-        if not eval_sets:
+        if not eval_sets and not eval_tasks:
             return {}
-        result = evaluate(engine, eval_sets, rank, world, tcfg.micro_batch_size, device)
+        result = evaluate(engine, eval_sets, rank, world, tcfg.micro_batch_size, device) if eval_sets else {}
+        if eval_tasks:
+            result.update(harness_metrics(engine, eval_tasks, spec.tokenizer_dir, rank, tcfg.zero_stage))
         if logs is not None:
             logs.log_metrics({"step": state.step, **result})
             summary = " ".join(f"{k.split('/')[1]}={v:.1f}" for k, v in result.items() if k.endswith("/ppl"))
@@ -174,9 +201,11 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                 faults.exit_once(run_dir, f"trainer_exit_at_step_{state.step}", f"trainer rank 0 exits at step {state.step}")
             per_sample = torch.zeros(per_rank, dtype=torch.float32)
             losses = []
+            n_mine = np.asarray(batch.n_tokens[mine])
             for m in range(0, per_rank, micro):
-                ids = ids_all[m:m + micro].to(device)
-                labels = labels_all[m:m + micro].to(device)
+                width = batch_width(n_mine[m:m + micro])  # padded SFT rows: drop the padding columns
+                ids = ids_all[m:m + micro, :width].to(device)
+                labels = labels_all[m:m + micro, :width].to(device)
                 sums, counts = sequence_losses(engine(input_ids=ids).logits, labels)
                 seq_loss = (sums / counts.clamp(min=1.0)).detach().float().cpu()
                 per_sample[m:m + micro] = seq_loss

@@ -50,13 +50,21 @@ def model_config_dict(cfg: ModelConfig, vocab_size: int, seq_len: int, eos_id: i
 
 
 def build_model(config_dict: dict[str, Any], cfg: ModelConfig):
-    """A ``transformers`` causal LM: pretrained weights if configured, else random init."""
+    """A ``transformers`` causal LM: pretrained weights if configured, else random init; wrapped in
+    LoRA adapters (peft) when ``cfg.lora`` is set, so that only the adapters require grad."""
     import transformers
 
     hf_config = transformers.AutoConfig.for_model(**config_dict)
     if cfg.pretrained_path is not None:
-        return transformers.AutoModelForCausalLM.from_pretrained(
+        model = transformers.AutoModelForCausalLM.from_pretrained(
             cfg.pretrained_path, config=hf_config, local_files_only=True,
             attn_implementation=cfg.attn_implementation,
         )
-    return transformers.AutoModelForCausalLM.from_config(hf_config, attn_implementation=cfg.attn_implementation)
+    else:
+        model = transformers.AutoModelForCausalLM.from_config(hf_config, attn_implementation=cfg.attn_implementation)
+    if cfg.lora is not None:
+        from d3ray.train.lora import apply_lora
+
+        model = apply_lora(model, cfg.lora)
+    return model
+

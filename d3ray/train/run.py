@@ -1,7 +1,7 @@
-"""The pre-training driver: data preparation, the schedule coordinator, and the Ray Train fit.
+"""The training driver (pre-training and SFT): data preparation, the schedule coordinator, the fit.
 
-    prepare_data  ── sample corpus (if none configured) · shard listing · tokenizer (trained once
-                     per run, reused on resume) · eval sets (ray.put once)
+    prepare_data  ── corpus or SFT suite (generated if none configured) · tokenizer (trained once
+                     per run, reused on resume) · eval sets and eval tasks (prepare.py)
     coordinator   ── ScheduleCoordinator actor over the Ray Data stream
     fit           ── TorchTrainer(train_loop_per_worker) with N DeepSpeed workers; re-running the
                      same run name resumes from the newest checkpoint (Ray Train storage)
@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,63 +23,11 @@ import yaml
 from d3ray.cluster import start_ray, worker_env
 from d3ray.config import RunConfig
 from d3ray.config_loading import to_dict
-from d3ray.data.config import DataConfig
 from d3ray.errors import UserError
 from d3ray.run_files import log_to_file, read_jsonl
+from d3ray.train.prepare import load_eval_sets, prepare_data, prepare_eval_tasks
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class PreparedData:
-    """The run's resolved data: shards, tokenizer and model vocabulary."""
-
-    data: DataConfig
-    train_shards: list[Any]
-    validation_shards: list[Any]
-    tokenizer_dir: Path
-    vocab_size: int
-    eos_id: int
-
-
-def prepare_data(cfg: RunConfig) -> PreparedData:
-    """Resolve shards (generating the sample corpus if none are configured) and the tokenizer."""
-    from d3ray.data.sample import write_sample_corpus
-    from d3ray.data.shards import list_shards
-    from d3ray.data.tokenizer import ensure_tokenizer, load_tokenizer
-
-    data = cfg.data
-    if not data.train_paths:
-        sample_dir = cfg.run_dir / "sample_data"
-        if not (sample_dir / "train").exists():
-            logger.info("no data.train_paths configured: generating the sample corpus in %s", sample_dir)
-            write_sample_corpus(sample_dir, seed=cfg.seed)
-        data = dataclasses.replace(
-            data,
-            train_paths=[str(sample_dir / "train")],
-            validation_paths=list(data.validation_paths) or [str(sample_dir / "validation")],
-        )
-    train_shards = list_shards(data.train_paths)
-    validation_shards = list_shards(data.validation_paths) if data.validation_paths else []
-    tokenizer_dir = Path(ensure_tokenizer(data, train_shards, cfg.run_dir))
-    tokenizer = load_tokenizer(tokenizer_dir)
-    eos_id = tokenizer.eos_token_id
-    return PreparedData(data, train_shards, validation_shards, tokenizer_dir, len(tokenizer), eos_id)
-
-
-def load_eval_sets(cfg: RunConfig, prepared: PreparedData) -> dict[str, Any]:
-    """Per-domain validation sequences plus ``ood:<file>`` sets, as (n, T) int32 arrays."""
-    from d3ray.data.evaluation import load_eval_sequences, load_text_file_sequences
-
-    sets: dict[str, Any] = {}
-    if prepared.data.validation_paths:
-        sets.update(load_eval_sequences(prepared.data.validation_paths, prepared.data, prepared.tokenizer_dir,
-                                        cfg.eval.max_sequences_per_domain))
-    for path in cfg.eval.ood_text_paths:
-        name = f"ood:{Path(path).stem}"
-        sets[name] = load_text_file_sequences(path, prepared.tokenizer_dir, prepared.data.seq_len,
-                                              cfg.eval.max_ood_sequences)
-    return sets
 
 
 def run_pretrain(cfg: RunConfig, callbacks: list[Any] | None = None) -> dict[str, Any]:
@@ -114,6 +61,7 @@ def run_pretrain(cfg: RunConfig, callbacks: list[Any] | None = None) -> dict[str
     prepared = prepare_data(cfg)
     model_config = model_config_dict(cfg.model, prepared.vocab_size, prepared.data.seq_len, prepared.eos_id)
     eval_sets = load_eval_sets(cfg, prepared)
+    eval_tasks = prepare_eval_tasks(prepared)
     env = worker_env(cfg)
     owns_ray = start_ray(cfg.ray, env)
     scheduler = None
@@ -127,7 +75,7 @@ def run_pretrain(cfg: RunConfig, callbacks: list[Any] | None = None) -> dict[str
             tokenizer_dir=str(prepared.tokenizer_dir), eval_sets=eval_ref or None))
         make_stream = partial(build_chunk_stream, prepared.train_shards, prepared.data, str(prepared.tokenizer_dir),
                               cfg.train.global_batch_size, schedule.window_batches(), schedule.shuffle_buffer,
-                              cfg.seed)
+                              cfg.seed, prepared.sft)
         # The coordinator lives on the driver's node: it owns the chunk batches in the object store.
         here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
         coordinator = ray.remote(ScheduleCoordinator).options(
@@ -138,7 +86,7 @@ def run_pretrain(cfg: RunConfig, callbacks: list[Any] | None = None) -> dict[str
             publish_initial_weights(cfg, model_config, coordinator)
         spec = WorkerSpec(cfg=cfg, model_config=model_config, coordinator=coordinator, eval_sets=eval_ref,
                           tokenizer_dir=str(prepared.tokenizer_dir), publish_weights=needs.weights,
-                          send_feedback=needs.feedback)
+                          send_feedback=needs.feedback, eval_tasks=[ray.put(eval_tasks)] if eval_tasks else [])
         resources_per_worker = {"CPU": cfg.train.cpus_per_worker, **cfg.train.resources_per_worker}
         if cfg.train.use_gpu:
             resources_per_worker["GPU"] = cfg.train.gpus_per_worker

@@ -4,7 +4,6 @@ of that goes to the run directory's logs)."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -26,7 +25,7 @@ def test_default_d3_run_console_is_progress_eval_and_summary_only(tmp_path) -> N
          "--train.log_every=8", "--schedule.L=4", f"--data.train_paths=[{data_dir / 'train'}]",
          f"--data.validation_paths=[{data_dir / 'validation'}]", f"--data.tokenizer.path={tokenizer}",
          "--data.seq_len=64", "--eval.max_sequences_per_domain=2", "--ray.num_cpus=4"],
-        capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHONWARNINGS": "default"},
+        capture_output=True, text=True, timeout=900,
     )
     console = out.stdout + out.stderr
     assert out.returncode == 0, console[-3000:]

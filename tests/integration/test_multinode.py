@@ -7,6 +7,7 @@ surviving node and the run still ends with exactly-once data.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 
@@ -32,6 +33,7 @@ def test_multinode_actors_follow_resources_and_node_loss_keeps_exactly_once(tmp_
     _, tokenizer = make_corpus(tmp_path, seed=3, train_docs=300, validation_docs=70, train_shards=2)
 
     ray.shutdown()  # this test brings its own cluster; the next Ray test restarts the shared one
+    os.environ.pop("RAY_API_SERVER_ADDRESS", None)  # the shared instance's dashboard is gone with it
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 3, "resources": {"trainer_node": 2}})
     workers = [cluster.add_node(num_cpus=2, resources={"influence_node": 1, "solver_node": 1}) for _ in range(2)]
     try:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import numpy as np
@@ -27,7 +28,10 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 SCHEDULERS = ScheduleConfig.known()
 # Cheap knobs per scheduler (the contract does not depend on them).
-KNOBS = {"d3": ["--schedule.influence.sketch.k=64", "--schedule.influence.sample_fraction=0.5"]}
+KNOBS = {"d3": ["--schedule.influence.sketch.k=64", "--schedule.influence.sample_fraction=0.5"],
+         "less": ["--schedule.sketch.k=64", "--schedule.max_target_sequences=4"],
+         "tsds": ["--schedule.max_target_sequences=4"],
+         "near": ["--schedule.max_target_sequences=4"]}
 STEPS, L, B, T = 4, 2, 4, 32
 
 
@@ -37,9 +41,15 @@ def corpus(tmp_path_factory):
                        train_shards=1, seq_len=T)
 
 
+def selects_towards_a_target(scheduler: str) -> bool:
+    """Selectors whose target is the run's held-out sets (``target_sets``)."""
+    return any(f.name == "target_sets" for f in dataclasses.fields(ScheduleConfig.lookup(scheduler)))
+
+
 def run_config(corpus, out, name: str, scheduler: str) -> RunConfig:
     data_dir, tokenizer = corpus
-    return load_config(RunConfig, None, [
+    validation = [f"--data.validation_paths=[{data_dir / 'validation'}]"] if selects_towards_a_target(scheduler) else []
+    return load_config(RunConfig, None, [*validation,
         f"--name={name}", f"--output_dir={out}", f"--data.train_paths=[{data_dir / 'train'}]",
         f"--data.tokenizer.path={tokenizer}", f"--data.seq_len={T}", f"--train.steps={STEPS}",
         f"--train.global_batch_size={B}", f"--train.micro_batch_size={B}", "--train.num_workers=1",
@@ -91,6 +101,7 @@ def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_
     import torch
 
     from d3ray.data.config import DataConfig
+    from d3ray.data.evaluation import load_eval_sequences
     from d3ray.data.shards import list_shards
     from d3ray.data.tokenizer import load_tokenizer
     from d3ray.schedule.coordinator import ScheduleCoordinator
@@ -110,8 +121,9 @@ def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_
     torch.manual_seed(0)
     base = {k: v.detach().float().numpy() for k, v in build_model(model_config, model_cfg).state_dict().items()}
     needs = cfg.needs()
+    held_out = load_eval_sequences([str(data_dir / "validation")], data, str(tokenizer), 4)  # selectors' targets
     ctx = BuildContext(seed=5, model_config=model_config, model=model_cfg, run_name=f"c-{name}", run_dir=str(tmp_path),
-                       batch_size=B, total_chunks=N_CHUNKS)
+                       batch_size=B, total_chunks=N_CHUNKS, eval_sets=[ray.put(held_out)])
 
     def coordinator_and_scheduler():
         scheduler = cfg.build(ctx)

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from d3ray.schedule.chunker import Chunk
-from d3ray.schedule.scheduler import ChunkDecision, Decided, StatelessScheduler, SubmitContext, random_order
+from d3ray.schedule.scheduler import ChunkDecision, Decided, SchedulerBase, SubmitContext, random_order
 
 
-class SequentialScheduler(StatelessScheduler):
+class SequentialScheduler(SchedulerBase):
     """Stream order."""
 
     def submit(self, chunk: Chunk, batch_refs: tuple, context: SubmitContext) -> Decided:
         return Decided(ChunkDecision(order=tuple(range(chunk.size)), record={"scheduler": "sequential"}))
 
 
-class RandomScheduler(StatelessScheduler):
+class RandomScheduler(SchedulerBase):
     """Uniform random order within each chunk, seeded by ``(seed, chunk_id)``."""
 
     def __init__(self, seed: int) -> None:

@@ -14,15 +14,15 @@ from d3ray.schedule.order.regroup import curriculum_groups
 from d3ray.schedule.scheduler import (
     BuildContext,
     ChunkDecision,
-    ChunkFeedback,
     Decided,
     PendingDecision,
+    SchedulerBase,
     SubmitContext,
 )
 from d3ray.schedule.scoring import start_scorer
 
 
-class CurriculumScheduler:
+class CurriculumScheduler(SchedulerBase):
     def __init__(self, cfg: Any, ctx: BuildContext) -> None:
         reference = None if cfg.reference == "current" else cfg.reference
         self.cfg = cfg
@@ -33,15 +33,6 @@ class CurriculumScheduler:
             return Decided(stream_fallback(chunk, "no weights snapshot published in time"))
         ref = self.scorer.losses.remote(context.weights, list(batch_refs))
         return CurriculumPending(chunk, ref, self.cfg.direction == "hard_to_easy", time.perf_counter())
-
-    def observe(self, feedback: ChunkFeedback) -> None:
-        return None
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        return None
 
     def actors(self) -> dict[str, list[Any]]:
         return {"scorer": [self.scorer]}

@@ -36,9 +36,9 @@ from d3ray.schedule.order.configs import D3ScheduleConfig
 from d3ray.schedule.scheduler import (
     BuildContext,
     ChunkDecision,
-    ChunkFeedback,
     Decided,
     PendingDecision,
+    SchedulerBase,
     SubmitContext,
 )
 from d3ray.solver import ordering_cost, row_sum_order
@@ -146,7 +146,7 @@ def assemble_influence(estimator: str, gamma: float, batch_ids: list[int], *part
     return S, info, reference
 
 
-class D3Scheduler:
+class D3Scheduler(SchedulerBase):
     """Owns the influence actors and the solver pool of a run (created in the driver, used by the coordinator)."""
 
     def __init__(self, cfg: D3ScheduleConfig, ctx: BuildContext) -> None:
@@ -208,15 +208,6 @@ class D3Scheduler:
             self._reference = [next_reference]  # the next chunk's reference: this chunk's mean directions
         solve_ref = self.solver_pool.submit(chunk.chunk_id, S_ref, seed=self.seed * 1_000_003 + chunk.chunk_id)
         return D3Pending(self.cfg, chunk.chunk_id, n, S_ref, info_ref, solve_ref, started)
-
-    def observe(self, feedback: ChunkFeedback) -> None:
-        return None
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        return None
 
     def actors(self) -> dict[str, list[Any]]:
         return {"influence": list(self.influence_actors), "solver": list(self.solver_pool.actors)}

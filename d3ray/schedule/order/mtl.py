@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from d3ray.schedule.chunker import Chunk
 from d3ray.schedule.order.regroup import round_robin_groups
-from d3ray.schedule.scheduler import ChunkDecision, Decided, StatelessScheduler, SubmitContext
+from d3ray.schedule.scheduler import ChunkDecision, Decided, SchedulerBase, SubmitContext
 
 
-class MtlScheduler(StatelessScheduler):
+class MtlScheduler(SchedulerBase):
     def __init__(self, seed: int) -> None:
         self.seed = seed
 

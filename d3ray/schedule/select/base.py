@@ -19,7 +19,7 @@ import numpy as np
 
 from d3ray.schedule.chunker import Chunk
 from d3ray.schedule.order.regroup import batches_of
-from d3ray.schedule.scheduler import ChunkDecision, ChunkFeedback, Decided, PendingDecision, SubmitContext
+from d3ray.schedule.scheduler import ChunkDecision, Decided, PendingDecision, SchedulerBase, SubmitContext
 
 NOT_SELECTED = "not_selected"
 
@@ -48,7 +48,7 @@ def random_scores(n: int, seed: int, chunk_id: int) -> np.ndarray:
     return np.random.default_rng([seed, chunk_id, 7919]).random(n)
 
 
-class SelectHead:
+class SelectHead(SchedulerBase):
     """Base of the selectors: subclasses implement ``score(chunk, batch_refs, context)`` → pending scores.
 
     Args:
@@ -88,20 +88,6 @@ class SelectHead:
         scores = -np.arange(chunk.size * chunk.batch_size, dtype=np.float64)
         return _with_fallback(top_k_decision(scores, k, chunk.batch_size, {"scheduler": self.name}), reason)
 
-    def observe(self, feedback: ChunkFeedback) -> None:
-        return None
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        return None
-
-    def actors(self) -> dict[str, list[Any]]:
-        return {}
-
-    def close(self) -> None:
-        return None
 
 
 class RandomSelectHead(SelectHead):

@@ -27,7 +27,7 @@ from d3ray.schedule.scheduler import (
     ChunkDecision,
     Decided,
     LossWeighting,
-    StatelessScheduler,
+    SchedulerBase,
     SubmitContext,
 )
 
@@ -62,7 +62,7 @@ def loss_weights(losses: np.ndarray, strategy: str, delta: float = 1.0, temperat
     return e / e.sum() * len(losses)
 
 
-class LossReweightHead(StatelessScheduler):
+class LossReweightHead(SchedulerBase):
     """Every chunk trains whole, under the in-step rule; the order stage orders it."""
 
     def __init__(self, strategy: str, delta: float, temperature: float) -> None:

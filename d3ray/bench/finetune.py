@@ -1,0 +1,64 @@
+"""``d3ray bench finetune``: LoRA against full fine-tuning of the same model on the same SFT tokens.
+
+Two ``d3ray finetune`` runs through the same driver on one Ray instance, one after the other (full
+fine-tuning, then ``model.lora``), both on the small GPT-2 preset and the generated skill suite;
+reported: the mean step time of each and their ratio (target: LoRA at least 2x faster per step).
+A step is forward, backward and the optimizer step of the whole global batch; LoRA saves the
+weight gradients and optimizer state of the frozen base, not its forward and input-gradient work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, help="JSON file to write")
+    parser.add_argument("--work-dir", default="runs/bench_finetune", help="where the two runs are written")
+    parser.add_argument("--steps", type=int, default=40, help="optimizer steps of each run")
+    parser.add_argument("--preset", default="gpt2-small", help="model preset")
+    parser.add_argument("--lora", default="{r: 8}", help="the LoRA config of the second run (YAML)")
+    parser.add_argument("--quick", action="store_true", help="8 steps, the tiny model (a smoke test)")
+    parser.add_argument("overrides", nargs="*", help="extra dotted overrides for both runs (key=value)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from d3ray.bench.pipeline import _summarise
+    from d3ray.cluster import start_ray, worker_env
+    from d3ray.config import RunConfig
+    from d3ray.config_loading import load_config
+    from d3ray.train.command import FINETUNE_DEFAULTS
+
+    steps, preset = (8, "gpt2-tiny") if args.quick else (args.steps, args.preset)
+    work = Path(args.work_dir).resolve()
+    common = [*FINETUNE_DEFAULTS, f"--output_dir={work}", f"--train.steps={steps}", f"--model.preset={preset}",
+              "--schedule.type=random", "--eval.tasks=", "--eval.max_sequences_per_domain=2",
+              *[f"--{o}" for o in args.overrides]]
+    configs = {"full": load_config(RunConfig, None, ["--name=full", *common]),
+               "lora": load_config(RunConfig, None, ["--name=lora", f"--model.lora={args.lora}", *common])}
+    for cfg in configs.values():
+        if any(cfg.run_dir.glob("checkpoint_*")):
+            raise SystemExit(f"{cfg.run_dir} holds an earlier run; remove it or pass another --work-dir")
+    owns_ray = start_ray(configs["full"].ray, worker_env(configs["full"]))
+    results = {}
+    try:
+        from d3ray.train.run import run_pretrain
+
+        for label, cfg in configs.items():
+            print(f"== {label}: {steps} steps, {preset}", flush=True)
+            results[label] = _summarise(cfg.run_dir, run_pretrain(cfg), cfg.schedule.L)
+    finally:
+        if owns_ray:
+            import ray
+
+            ray.shutdown()
+    ratio = results["full"]["mean_step_sec"] / results["lora"]["mean_step_sec"]
+    report = {"steps": steps, "preset": preset, "lora": args.lora, **results,
+              "lora_speedup_per_step": ratio, "target": {"lora_speedup_per_step": ">= 2.0"}}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=2))
+    print(f"mean step: full {results['full']['mean_step_sec']:.3f}s, lora {results['lora']['mean_step_sec']:.3f}s "
+          f"-> LoRA {ratio:.2f}x faster per step (target >= 2.0); wrote {args.out}")
+    return 0

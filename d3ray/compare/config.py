@@ -1,0 +1,108 @@
+"""The comparison config: a base run, a list of arms (dotted overrides), seeds, where to write.
+
+    name: pretrain-tiny
+    mode: pretrain                        # pretrain: RunConfig() | finetune: the `d3ray finetune` defaults
+    base_config: jobs/configs/tiny.yaml   # optional: a run config file instead of the mode's default
+    set: {train.steps: 600}               # optional: dotted overrides of the base, for every arm
+    seeds: [0, 1, 2]
+    output_dir: runs/compare/pretrain-tiny
+    arms:
+      - {name: random, set: {schedule.type: random}}
+      - {name: d3, set: {schedule.type: d3, schedule.influence.estimator: fisher}}
+
+Every arm × seed is one ``run_pretrain`` run named ``<arm>-s<seed>`` in ``<output_dir>/runs``; the
+report goes to ``<output_dir>/report``. See ``d3ray/compare/README.md``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from d3ray.config import RayClusterConfig
+
+ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=-]*$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArmConfig:
+    """One scheduler configuration of the comparison."""
+
+    name: str
+    """Arm name (letters, digits, ``_ . + = -``); its runs are ``<name>-s<seed>``."""
+    set: dict[str, Any] = field(default_factory=dict)
+    """Dotted RunConfig overrides over the base (``schedule.type: d3``). A mapping value sets the keys
+    below its key. Switching a section's ``type`` (``schedule.type: random`` over a D3 base) keeps the
+    fields the new type shares with the base's section (``L``, ``shuffle_buffer``, ``staleness`` ...)
+    and starts every other field from the new type's defaults."""
+    method: bool | None = None
+    """True: a method under test, False: a baseline (marked "best baseline" per metric when it leads).
+    None: inferred: an arm that orders with D3 (``schedule.type: d3``, or ``schedule.order.type: d3``)
+    is a method, every other arm a baseline."""
+
+    def __post_init__(self) -> None:
+        if not ARM_NAME.match(self.name or ""):
+            raise ValueError(f"arm name {self.name!r} must match {ARM_NAME.pattern} (it names run directories)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareConfig:
+    """A grid of arms × seeds at equal training tokens, and its report."""
+
+    name: str = "compare"
+    """Title of the report."""
+    mode: Literal["pretrain", "finetune"] = "pretrain"
+    """The default base: ``pretrain`` is ``RunConfig()`` (``d3ray pretrain``), ``finetune`` the
+    ``d3ray finetune`` defaults (``FINETUNE_DEFAULTS``: the generated skill suite, exact match).
+    With ``base_config`` the file is the base, as ``--config`` is for those commands; ``finetune``
+    then requires its ``sft:`` section."""
+    base_config: str | None = None
+    """A run config file (``jobs/configs/*.yaml``) instead of the mode's default."""
+    set: dict[str, Any] = field(default_factory=dict)
+    """Dotted overrides of the base applied to every arm (before the arm's own)."""
+    init_from: str | None = None
+    """finetune: a d3ray checkpoint or local Hugging Face directory every run starts from (``--from``)."""
+    arms: list[ArmConfig] = field(default_factory=list)
+    """The arms; the one named ``baseline`` is what every other arm is compared with."""
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    """Every arm runs once per seed (``seed`` seeds model init, data order and every scheduler);
+    arms are compared paired by seed."""
+    baseline: str = "random"
+    """The reference arm of the relative changes, paired tests and the equal-compute budget."""
+    metric: str = "eval/mean_loss"
+    """The primary metric (the final evaluation; lower is better unless it is an accuracy or exact match)."""
+    output_dir: str = "runs/compare"
+    """``runs/<arm>-s<seed>/`` (run directories) and ``report/`` (results.md, results.csv, PNGs)."""
+    max_concurrent_runs: int = 1
+    """1: one run after another in this process (a small box). N > 1: up to N runs at once, each a
+    Ray task holding ``driver_cpus`` (a cluster). 0: N from the cluster's resources and each run's
+    needs (``d3ray.tune.sweep.trial_resources``)."""
+    driver_cpus: float = 1.0
+    """CPUs reserved for each run's driver task when runs go in parallel."""
+    confidence: float = 0.95
+    """Confidence level of the paired intervals."""
+    ray: RayClusterConfig = field(default_factory=RayClusterConfig)
+    """How this process connects to Ray (every run shares the connection)."""
+
+    def __post_init__(self) -> None:
+        if not self.arms:
+            raise ValueError("arms: at least one arm is needed (and the baseline arm)")
+        names = [a.name for a in self.arms]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"arms: duplicate arm name(s) {duplicates}")
+        if self.baseline not in names:
+            raise ValueError(f"baseline={self.baseline!r} is not an arm; arms: {names}")
+        if not self.seeds:
+            raise ValueError("seeds: at least one seed is needed (three or more for a paired test)")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds={self.seeds} has duplicates")
+        if self.max_concurrent_runs < 0:
+            raise ValueError(f"max_concurrent_runs={self.max_concurrent_runs} must be >= 0")
+        if not self.driver_cpus > 0:
+            raise ValueError(f"driver_cpus={self.driver_cpus} must be > 0")
+        if not 0.5 < self.confidence < 1.0:
+            raise ValueError(f"confidence={self.confidence} must be in (0.5, 1)")
+        if self.init_from is not None and self.mode != "finetune":
+            raise ValueError("init_from is for mode: finetune")

@@ -1,0 +1,279 @@
+"""Running the grid: every arm × seed through ``run_pretrain``, resumable, failures recorded.
+
+    plan (plan.py) ──► finished?  <run_dir>/final_metrics.json exists  → skipped (read back)
+                   ──► config error                                   → failed, not started
+                   ──► the rest, in plan order:
+                         max_concurrent_runs = 1   one after another in this process (one Ray instance)
+                         max_concurrent_runs = N   Ray tasks (one per run, ``driver_cpus`` each, a fresh
+                                                   worker process per run), at most N in flight
+                         max_concurrent_runs = 0   N from the cluster and each run's needs (tune.sweep)
+    each run: run_pretrain(cfg) → done | failed (error + traceback in <run_dir>/compare_error.txt);
+              <run_dir>/compare_status.json records the outcome either way
+
+Why Ray tasks and not Tune trials (``d3ray sweep``): a comparison is a fixed grid with no early
+stopping (ASHA would break equal tokens), its runs are named ``<arm>-s<seed>`` so that a rerun
+finds them by name, and adding an arm or a seed to the config must reuse the finished runs; Tune
+identifies trials by ids and refuses to restore a changed search space. What fits is reused:
+``trial_resources`` and ``derive_max_concurrent_trials`` size the concurrency, and each run resumes
+from its own newest checkpoint exactly as a trial does (``run_pretrain``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from d3ray.compare.plan import ComparePlan, RunSpec
+from d3ray.config import RunConfig
+
+logger = logging.getLogger(__name__)
+
+FINAL = "final_metrics.json"
+STATUS = "compare_status.json"
+ERROR = "compare_error.txt"
+
+
+@dataclass
+class RunOutcome:
+    """What became of one run of the grid."""
+
+    spec: RunSpec
+    status: str
+    """``done`` (ran now), ``skipped`` (finished before: read back), ``failed``."""
+    final: dict[str, Any] = field(default_factory=dict)
+    """Its final metrics (final_metrics.json)."""
+    error: str | None = None
+    seconds: float | None = None
+    """Wall seconds of this attempt (None when skipped or not started)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("done", "skipped")
+
+
+def is_finished(run_dir: Path) -> bool:
+    """A run is finished once its final_metrics.json exists (``run_pretrain`` writes it last)."""
+    return (run_dir / FINAL).is_file()
+
+
+def run_grid(plan: ComparePlan) -> list[RunOutcome]:
+    """Run every unfinished run of ``plan``; the outcome of every run, in plan order."""
+    outcomes: dict[str, RunOutcome] = {}
+    todo: list[RunSpec] = []
+    for spec in plan.runs:
+        if spec.config is None:
+            outcomes[spec.name] = RunOutcome(spec, "failed", error=spec.error)
+        elif is_finished(spec.run_dir):
+            check_unchanged(spec, plan.compare.init_from is not None)
+            outcomes[spec.name] = RunOutcome(spec, "skipped", final=read_final(spec.run_dir))
+        else:
+            todo.append(spec)
+    skipped = sum(o.status == "skipped" for o in outcomes.values())
+    print(f"compare {plan.compare.name}: {len(plan.runs)} runs, {skipped} finished before, {len(todo)} to run, "
+          f"{sum(o.status == 'failed' for o in outcomes.values())} that cannot be built", flush=True)
+    if todo:
+        ensure_shared_tokenizer(plan)
+        for outcome in _execute(plan, todo):
+            outcomes[outcome.spec.name] = outcome
+    return [outcomes[spec.name] for spec in plan.runs]
+
+
+#: Keys a finished run may differ in from its planned config: how Ray was reached, and the start
+#: point ``start_from`` writes into the run's config (``init_from``).
+UNCOMPARED = ("ray", "storage_path")
+UNCOMPARED_INIT = ("model.pretrained_path", "data.tokenizer.path")
+
+
+def check_unchanged(spec: RunSpec, init_from: bool = False) -> None:
+    """Refuse to reuse a finished run whose config.yaml differs from the planned config (an edited
+    comparison file would otherwise mix runs of different token budgets or settings).
+
+    Raises:
+        ConfigError: naming the run and the differing keys.
+    """
+    import yaml
+
+    from d3ray.config_loading import ConfigError, to_dict
+
+    path = spec.run_dir / "config.yaml"
+    if spec.config is None or not path.is_file():
+        return
+    ignored = UNCOMPARED + (UNCOMPARED_INIT if init_from else ())
+    diff = [k for k in _differing(to_dict(spec.config), yaml.safe_load(path.read_text()) or {})
+            if not any(k == i or k.startswith(i + ".") for i in ignored)]
+    if diff:
+        raise ConfigError(
+            f"run {spec.name} in {spec.run_dir} finished with another config ({', '.join(diff[:6])} differ): "
+            "delete that run directory to rerun it, or use another output_dir")
+
+
+def _differing(a: Any, b: Any, prefix: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for key in sorted(set(a) | set(b)):
+            out += _differing(a.get(key), b.get(key), f"{prefix}.{key}" if prefix else str(key))
+        return out
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        a, b = list(a), list(b)
+    return [] if a == b else [prefix]
+
+
+def outcomes_on_disk(plan: ComparePlan) -> list[RunOutcome]:
+    """The outcome of every run as its directory shows it, running nothing (``--report-only``)."""
+    out = []
+    for spec in plan.runs:
+        if spec.config is None:
+            out.append(RunOutcome(spec, "failed", error=spec.error))
+        elif is_finished(spec.run_dir):
+            out.append(RunOutcome(spec, "skipped", final=read_final(spec.run_dir)))
+        else:
+            status = spec.run_dir / STATUS
+            error = json.loads(status.read_text()).get("error") if status.is_file() else None
+            out.append(RunOutcome(spec, "failed", error=error or "not run yet"))
+    return out
+
+
+def ensure_shared_tokenizer(plan: ComparePlan) -> None:
+    """Train ``<output_dir>/tokenizer`` once (pre-training on files), before any run starts."""
+    if plan.shared_tokenizer is None or (plan.shared_tokenizer / "tokenizer.json").is_file():
+        return
+    from d3ray.data.shards import list_shards
+    from d3ray.data.tokenizer import ensure_tokenizer
+
+    data = plan.base.data
+    data = dataclasses.replace(data, tokenizer=dataclasses.replace(data.tokenizer, path=None))
+    made = ensure_tokenizer(data, list_shards(data.train_paths), plan.shared_tokenizer.parent)
+    assert Path(made) == plan.shared_tokenizer, (made, plan.shared_tokenizer)
+
+
+def _execute(plan: ComparePlan, todo: list[RunSpec]) -> list[RunOutcome]:
+    import ray
+
+    from d3ray.cluster import start_ray, worker_env
+
+    owns_ray = start_ray(plan.compare.ray, worker_env(plan.base))
+    try:
+        limit = plan.compare.max_concurrent_runs or derive_concurrency(plan, todo)
+        if limit == 1:
+            return [_run_here(plan, spec) for spec in todo]
+        return _run_as_tasks(plan, todo, limit)
+    finally:
+        if owns_ray:
+            ray.shutdown()
+
+
+def derive_concurrency(plan: ComparePlan, todo: list[RunSpec]) -> int:
+    """Runs that fit the cluster at once (``max_concurrent_runs: 0``), as ``d3ray sweep`` sizes trials."""
+    import ray
+
+    from d3ray.tune.sweep import derive_max_concurrent_trials, trial_resources
+
+    per_run: dict[str, float] = {}
+    for spec in todo:
+        assert spec.config is not None
+        for name, amount in trial_resources(spec.config, plan.compare.driver_cpus).items():
+            per_run[name] = max(per_run.get(name, 0.0), amount)
+    cluster = {k: v for k, v in ray.cluster_resources().items() if not k.startswith("node:")}
+    limit = derive_max_concurrent_trials(cluster, per_run)
+    logger.info("compare: per run %s, cluster %s → %d runs at once", per_run, cluster, limit)
+    return limit
+
+
+def execute_run(cfg: RunConfig, init_from: str | None = None) -> dict[str, Any]:
+    """One run of the grid (in this process or a Ray task): ``run_pretrain``, from ``init_from`` if set."""
+    from d3ray.train.run import run_pretrain
+
+    if init_from is not None:
+        from d3ray.train.command import start_from
+
+        cfg = start_from(cfg, Path(init_from))
+    return run_pretrain(cfg)
+
+
+def _run_here(plan: ComparePlan, spec: RunSpec) -> RunOutcome:
+    """Run ``spec`` in this process; an exception fails the run, not the grid."""
+    assert spec.config is not None
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+    started = time.perf_counter()
+    try:
+        final = execute_run(spec.config, plan.compare.init_from)
+        outcome = RunOutcome(spec, "done", final=final)
+    except Exception as err:  # the grid goes on: the error is the run's result, recorded in full below
+        outcome = RunOutcome(spec, "failed", error=_describe(err))
+        _write_traceback(spec.run_dir, traceback.format_exc())
+    finally:
+        for handler in root.handlers[:]:  # run_pretrain logs this process into the run's logs/driver.log
+            if handler not in handlers:
+                root.removeHandler(handler)
+                handler.close()
+    outcome.seconds = time.perf_counter() - started
+    _record(outcome)
+    return outcome
+
+
+def _run_as_tasks(plan: ComparePlan, todo: list[RunSpec], limit: int) -> list[RunOutcome]:
+    """Up to ``limit`` runs at once, each a Ray task in a fresh worker process (``max_calls=1``)."""
+    import ray
+
+    task = ray.remote(num_cpus=plan.compare.driver_cpus, max_retries=0, max_calls=1)(execute_run)
+    queue = list(todo)
+    pending: dict[Any, tuple[RunSpec, float]] = {}
+    outcomes = []
+    print(f"compare: up to {limit} runs at once (Ray tasks)", flush=True)
+    while queue or pending:
+        while queue and len(pending) < limit:
+            spec = queue.pop(0)
+            pending[task.remote(spec.config, plan.compare.init_from)] = (spec, time.perf_counter())
+        done, _ = ray.wait(list(pending), num_returns=1)
+        for ref in done:
+            spec, started = pending.pop(ref)
+            try:
+                outcome = RunOutcome(spec, "done", final=ray.get(ref))
+            except ray.exceptions.RayTaskError as err:  # the task's exception, raised here: the run failed
+                cause = err.cause if isinstance(getattr(err, "cause", None), BaseException) else err
+                outcome = RunOutcome(spec, "failed", error=_describe(cause))
+                _write_traceback(spec.run_dir, str(err))
+            except ray.exceptions.RayError as err:  # the worker died (OOM, node lost)
+                outcome = RunOutcome(spec, "failed", error=_describe(err))
+                _write_traceback(spec.run_dir, str(err))
+            outcome.seconds = time.perf_counter() - started
+            _record(outcome)
+            outcomes.append(outcome)
+    return outcomes
+
+
+def _describe(err: BaseException) -> str:
+    """``Type: first lines of the message`` (at most 500 characters)."""
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text}"[:500]
+
+
+def _write_traceback(run_dir: Path, text: str) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / ERROR).write_text(text)
+
+
+def _record(outcome: RunOutcome) -> None:
+    """``<run_dir>/compare_status.json``: status, error, seconds, when; and print one line."""
+    run_dir = outcome.spec.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / STATUS).write_text(json.dumps({
+        "status": outcome.status, "error": outcome.error, "seconds": outcome.seconds,
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=2))
+    if outcome.ok and (run_dir / ERROR).exists():
+        (run_dir / ERROR).unlink()
+    what = f"failed: {outcome.error}" if not outcome.ok else f"done in {outcome.seconds:.0f}s"
+    print(f"compare: {outcome.spec.name} {what}", flush=True)
+
+
+def read_final(run_dir: Path) -> dict[str, Any]:
+    """The run's final metrics ({} when it has none)."""
+    path = run_dir / FINAL
+    return json.loads(path.read_text()) if path.is_file() else {}

@@ -1,0 +1,145 @@
+"""Load a model for export or evaluation: a d3ray checkpoint, a local HF model dir, or a LoRA adapter dir.
+
+    d3ray checkpoint dir (train/checkpoint.py)          model.json ─► architecture (+ LoRA config)
+      deepspeed/ds/*zero_pp_rank_*optim_states.pt  ──► DeepSpeed zero_to_fp32 (ZeRO 1-3: fp32 master
+                                                        weights gathered from every rank's shard)
+      deepspeed/ds/mp_rank_00_model_states.pt      ──► its "module" state dict (ZeRO 0)
+      tokenizer/                                   ──► the run's tokenizer
+    HF model dir (config.json)                     ──► AutoModelForCausalLM.from_pretrained (local only)
+    adapter dir (adapter_config.json)              ──► base from base_model_name_or_path + the adapter
+
+Nothing is downloaded: every ``from_pretrained`` is ``local_files_only``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+DS_SUBDIR = "deepspeed"
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM (possibly a peft LoRA model) with its tokenizer and where it came from."""
+
+    model: Any
+    tokenizer: Any
+    kind: str
+    """``checkpoint``, ``hf`` or ``adapter``."""
+
+    @property
+    def is_lora(self) -> bool:
+        return hasattr(self.model, "peft_config")
+
+
+def model_source_kind(path: str | Path) -> str:
+    """``checkpoint``, ``adapter`` or ``hf``, from the files in ``path``.
+
+    Raises:
+        FileNotFoundError: ``path`` is none of them (the message lists what each needs).
+    """
+    root = Path(path)
+    if (root / "model.json").is_file() and (root / DS_SUBDIR).is_dir():
+        return "checkpoint"
+    if (root / "adapter_config.json").is_file():
+        return "adapter"
+    if (root / "config.json").is_file():
+        return "hf"
+    raise FileNotFoundError(
+        f"{path}: not a d3ray checkpoint (model.json + deepspeed/), a LoRA adapter dir "
+        "(adapter_config.json) or a Hugging Face model dir (config.json)"
+    )
+
+
+def load_model(path: str | Path, attn_implementation: str = "eager") -> LoadedModel:
+    """Load a model and its tokenizer from any of the three sources, in eval mode, fp32 on the CPU."""
+    kind = model_source_kind(path)
+    if kind == "checkpoint":
+        loaded = load_checkpoint_model(path, attn_implementation)
+    else:
+        import transformers
+
+        from d3ray.data.tokenizer import load_tokenizer
+
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            str(path), local_files_only=True, attn_implementation=attn_implementation
+        )
+        loaded = LoadedModel(model=model, tokenizer=load_tokenizer(path), kind=kind)
+    loaded.model.eval()
+    return loaded
+
+
+def load_checkpoint_model(ckpt_dir: str | Path, attn_implementation: str = "eager") -> LoadedModel:
+    """Rebuild the model of a d3ray checkpoint from ``model.json`` and load its DeepSpeed weights.
+
+    Raises:
+        FileNotFoundError: no ``model.json`` / ``tokenizer/`` / DeepSpeed state in ``ckpt_dir``.
+        ValueError: the weights do not match the architecture (missing or unexpected names).
+    """
+    import transformers
+
+    from d3ray.data.tokenizer import load_tokenizer
+    from d3ray.train.lora import lora_from_description
+
+    root = Path(ckpt_dir)
+    description_file = root / "model.json"
+    if not description_file.is_file():
+        raise FileNotFoundError(f"{root}: no model.json (written by d3ray.train.checkpoint.save_checkpoint)")
+    description = json.loads(description_file.read_text())
+    config = transformers.AutoConfig.for_model(**description["config"])
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation)
+    if description.get("lora"):
+        model = lora_from_description(model, description["lora"])
+    state = deepspeed_state_dict(root / DS_SUBDIR)
+    load_exact_state_dict(model, state, where=str(root))
+    if not (root / "tokenizer").is_dir():
+        raise FileNotFoundError(f"{root}: no tokenizer/ folder; the checkpoint was saved without one")
+    return LoadedModel(model=model, tokenizer=load_tokenizer(root / "tokenizer"), kind="checkpoint")
+
+
+def deepspeed_state_dict(ds_dir: str | Path, tag: str | None = None) -> dict[str, Any]:
+    """The full fp32 state dict of a DeepSpeed checkpoint folder (``engine.save_checkpoint(ds_dir)``).
+
+    ZeRO 1-3 (optimizer shards present): DeepSpeed's own ``zero_to_fp32`` merges every rank's
+    fp32 master partitions (and frozen parameters, e.g. a LoRA base model). ZeRO 0: the
+    ``module`` state dict of the model-states file.
+    """
+    import torch
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    ds_dir = Path(ds_dir)
+    if tag is None:
+        latest = ds_dir / "latest"
+        if not latest.is_file():
+            raise FileNotFoundError(f"{ds_dir}: no 'latest' file naming the DeepSpeed checkpoint tag")
+        tag = latest.read_text().strip()
+    folder = ds_dir / tag
+    if any(folder.glob("*zero_pp_rank_*optim_states.pt")):
+        return get_fp32_state_dict_from_zero_checkpoint(str(ds_dir), tag=tag)
+    model_states = folder / "mp_rank_00_model_states.pt"
+    if not model_states.is_file():
+        raise FileNotFoundError(f"{folder}: neither ZeRO optimizer shards nor mp_rank_00_model_states.pt")
+    return {k: v.float() for k, v in torch.load(model_states, map_location="cpu", weights_only=False)["module"].items()}
+
+
+def load_exact_state_dict(model: Any, state: dict[str, Any], where: str) -> None:
+    """Load ``state`` into ``model``; every parameter must come from it, or be tied to one that does.
+
+    DeepSpeed stores a tied weight once (GPT-2's ``lm_head.weight`` is ``wte.weight``), so a name
+    may be missing when its tensor is shared with a loaded one; anything else is an error.
+    """
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    own = model.state_dict()
+    loaded_ptrs = {own[k].data_ptr() for k in state if k in own}
+    untied = [k for k in missing if own[k].data_ptr() not in loaded_ptrs]
+    if untied or unexpected:
+        raise ValueError(
+            f"{where}: the weights do not match the architecture in model.json: "
+            f"missing {untied[:5]}{'...' if len(untied) > 5 else ''}, unexpected {list(unexpected)[:5]}"
+        )

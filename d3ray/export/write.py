@@ -1,0 +1,80 @@
+"""Write a Hugging Face model directory (safetensors, config, tokenizer) from any loadable source.
+
+    merged (default)   out/  config.json, model.safetensors, generation_config.json, tokenizer files
+                       (a LoRA model is merged first: W ← W + (alpha / r) · B A, then unwrapped)
+    adapter            out/  adapter_config.json, adapter_model.safetensors, tokenizer files
+                       out/base/  the base model (a full HF dir), named by the adapter config
+
+``AutoModelForCausalLM.from_pretrained(out)`` loads either layout (transformers loads an adapter
+dir through peft, from ``base_model_name_or_path``, which is written as the absolute path of
+``out/base``; after moving the folder, load ``out/base`` and then the adapter with
+``peft.PeftModel.from_pretrained``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+
+from d3ray.data.tokenizer import save_tokenizer
+from d3ray.export.load import LoadedModel, load_model
+
+logger = logging.getLogger(__name__)
+
+LORA_MODES = ("merged", "adapter")
+
+
+def export_model(source: str | Path, out_dir: str | Path, lora: str = "merged") -> Path:
+    """Export ``source`` (d3ray checkpoint, HF dir or adapter dir) as a HF model directory.
+
+    The directory is written next to ``out_dir`` first and renamed, so a failed export never
+    leaves a half-written model where a loader would find it.
+
+    Args:
+        source: what :func:`~d3ray.export.load.load_model` accepts.
+        out_dir: the directory to write (replaced if it exists).
+        lora: ``merged`` or ``adapter``; ignored (with a log line) for a model without LoRA.
+
+    Returns:
+        ``out_dir``.
+    """
+    if lora not in LORA_MODES:
+        raise ValueError(f"lora must be one of {list(LORA_MODES)}, got {lora!r}")
+    loaded = load_model(source)
+    out = Path(out_dir).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        write_loaded(loaded, tmp, lora, final_dir=out)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    logger.info("exported %s (%s%s) to %s", source, loaded.kind, ", LoRA " + lora if loaded.is_lora else "", out)
+    return out
+
+
+def write_loaded(loaded: LoadedModel, out: Path, lora: str, final_dir: Path) -> None:
+    """Write ``loaded`` into ``out`` (``final_dir`` is where it will live, for the adapter's base path)."""
+    model = loaded.model
+    if loaded.is_lora and lora == "adapter":
+        model.save_pretrained(str(out))
+        base = model.unload()  # the base model without the adapter layers, weights untouched
+        base.save_pretrained(str(out / "base"))
+        save_tokenizer(loaded.tokenizer, out / "base")
+        config_file = out / "adapter_config.json"
+        config = json.loads(config_file.read_text())
+        config["base_model_name_or_path"] = str(final_dir / "base")
+        config_file.write_text(json.dumps(config, indent=2) + "\n")
+    else:
+        if loaded.is_lora:
+            model = model.merge_and_unload()
+        elif lora == "adapter":
+            logger.info("the model has no LoRA adapter: writing the full model")
+        model.save_pretrained(str(out))
+    save_tokenizer(loaded.tokenizer, out)

@@ -1,0 +1,145 @@
+"""What a run needs before Ray starts: its data, tokenizer, model vocabulary, eval sets and eval tasks.
+
+    pre-training:  data.train_paths (or the generated sample corpus) → shards → tokenizer trained on them
+    SFT (sft:)     sft.paths (or the generated skill suite) → records → tokenizer trained on their text
+                   (digits split), eval sets of held-out records with response-only loss masks
+
+Everything here runs in the driver before Ray starts, so that a wrong path, a bad file or a bad task
+spec is reported at once (``d3ray.errors``). The tokenizer is trained once per run directory and
+reused as it is on every resume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from d3ray.config import RunConfig
+from d3ray.data.config import DataConfig
+from d3ray.data.sft import SftDataConfig
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PreparedData:
+    """The run's resolved data: shards or SFT files, tokenizer, model vocabulary, eval task spec."""
+
+    data: DataConfig
+    train_shards: list[Any]
+    validation_shards: list[Any]
+    tokenizer_dir: Path
+    vocab_size: int
+    eos_id: int
+    sft: SftDataConfig | None = None
+    """The SFT records (paths resolved) when the run fine-tunes on them."""
+    sft_eval_paths: list[str] = dataclasses.field(default_factory=list)
+    """Held-out SFT files: the per-task eval sets (response loss)."""
+    eval_tasks: str = ""
+    """``eval.tasks`` with the generated suite's path filled in."""
+
+
+def prepare_data(cfg: RunConfig) -> PreparedData:
+    """Resolve the training data (generating it if none is configured) and the tokenizer."""
+    if cfg.sft is not None:
+        return _prepare_sft(cfg)
+    from d3ray.data.sample import write_sample_corpus
+    from d3ray.data.shards import list_shards
+    from d3ray.data.tokenizer import ensure_tokenizer, load_tokenizer
+
+    data = cfg.data
+    if not data.train_paths:
+        sample_dir = cfg.run_dir / "sample_data"
+        if not (sample_dir / "train").exists():
+            logger.info("no data.train_paths configured: generating the sample corpus in %s", sample_dir)
+            write_sample_corpus(sample_dir, seed=cfg.seed)
+        data = dataclasses.replace(
+            data,
+            train_paths=[str(sample_dir / "train")],
+            validation_paths=list(data.validation_paths) or [str(sample_dir / "validation")],
+        )
+    train_shards = list_shards(data.train_paths)
+    validation_shards = list_shards(data.validation_paths) if data.validation_paths else []
+    tokenizer_dir = Path(ensure_tokenizer(data, train_shards, cfg.run_dir))
+    tokenizer = load_tokenizer(tokenizer_dir)
+    return PreparedData(data, train_shards, validation_shards, tokenizer_dir, len(tokenizer),
+                        tokenizer.eos_token_id, eval_tasks=cfg.eval.tasks)
+
+
+def _prepare_sft(cfg: RunConfig) -> PreparedData:
+    """SFT: the records (or the generated skill suite), and a tokenizer trained on their text."""
+    from d3ray.data.sft_sequences import read_sft_records
+    from d3ray.data.skills import write_sft_suite
+    from d3ray.data.tokenizer import TOKENIZER_SUBDIR, load_tokenizer, train_tokenizer_from_texts
+
+    sft = cfg.sft
+    assert sft is not None
+    suite = cfg.run_dir / "sft_data"
+    eval_paths = list(cfg.eval.sft_paths)
+    if not sft.paths:
+        if not (suite / "manifest.json").exists():
+            logger.info("no sft.paths configured: generating the skill suite in %s", suite)
+            write_sft_suite(suite, seed=cfg.seed)
+        sft = dataclasses.replace(sft, paths=[str(suite / "train")])
+        eval_paths = eval_paths or [str(suite / "test")]
+    tokenizer_dir = Path(cfg.data.tokenizer.path) if cfg.data.tokenizer.path else cfg.run_dir / TOKENIZER_SUBDIR
+    if not (tokenizer_dir / "tokenizer.json").is_file():
+        records = read_sft_records(sft.paths, sft.default_task)
+        texts = ["\n".join(text for _, text in r.messages) for r in records]
+        tcfg = dataclasses.replace(cfg.data.tokenizer, split_digits=True)
+        train_tokenizer_from_texts(texts, tcfg, tokenizer_dir)
+    tokenizer = load_tokenizer(tokenizer_dir)
+    tasks = cfg.eval.tasks.replace("{suite}", str(suite))
+    return PreparedData(cfg.data, [], [], tokenizer_dir, len(tokenizer), tokenizer.eos_token_id, sft=sft,
+                        sft_eval_paths=eval_paths, eval_tasks=tasks)
+
+
+def load_eval_sets(cfg: RunConfig, prepared: PreparedData) -> dict[str, Any]:
+    """Held-out sets by name: per-domain validation sequences and ``ood:<file>`` text as (n, T) int32
+    arrays (pre-training), or per-task held-out SFT records as ``{input_ids, n_tokens, loss_mask}``."""
+    from d3ray.data.evaluation import load_eval_sequences, load_text_file_sequences
+
+    sets: dict[str, Any] = {}
+    if prepared.sft is not None:
+        sets.update(_sft_eval_sets(prepared, cfg.eval.max_sequences_per_domain))
+    elif prepared.data.validation_paths:
+        sets.update(load_eval_sequences(prepared.data.validation_paths, prepared.data, prepared.tokenizer_dir,
+                                        cfg.eval.max_sequences_per_domain))
+    for path in cfg.eval.ood_text_paths:
+        name = f"ood:{Path(path).stem}"
+        sets[name] = load_text_file_sequences(path, prepared.tokenizer_dir, prepared.data.seq_len,
+                                              cfg.eval.max_ood_sequences)
+    return sets
+
+
+def _sft_eval_sets(prepared: PreparedData, per_task: int) -> dict[str, dict[str, Any]]:
+    import numpy as np
+
+    from d3ray.data.records import BadRecordLedger
+    from d3ray.data.sft_sequences import iter_sft_sequences
+
+    if not prepared.sft_eval_paths:
+        return {}
+    held_out = dataclasses.replace(prepared.sft, paths=list(prepared.sft_eval_paths), batching="pad")
+    by_task: dict[str, list[Any]] = {}
+    for seq in iter_sft_sequences(held_out, prepared.tokenizer_dir, BadRecordLedger()):
+        rows = by_task.setdefault(seq.domain, [])
+        if len(rows) < per_task:
+            rows.append(seq)
+    return {task: {"input_ids": np.stack([s.tokens for s in rows]).astype(np.int32),
+                   "n_tokens": np.asarray([s.n_tokens for s in rows], dtype=np.int32),
+                   "loss_mask": np.stack([s.loss_mask for s in rows])}
+            for task, rows in sorted(by_task.items())}
+
+
+def prepare_eval_tasks(prepared: PreparedData) -> list[Any]:
+    """``eval.tasks`` read and validated now (a bad file fails before training), or []."""
+    if not prepared.eval_tasks:
+        return []
+    from d3ray.data.tokenizer import load_tokenizer
+    from d3ray.eval.harness import prepare_tasks
+
+    return prepare_tasks(prepared.eval_tasks, load_tokenizer(prepared.tokenizer_dir))

@@ -1,0 +1,112 @@
+"""``d3ray compare`` end to end on a real local Ray: a two-arm, two-seed grid of tiny runs.
+
+The first call runs the grid with a fault drill that kills one run's trainer (no retries) and an arm
+whose override does not exist: both are reported as failed with their errors, every other run
+completes, and the report has the expected rows. The second call (the CLI, same config) skips the
+finished runs (their final_metrics.json untouched) and reruns only the failed one.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import yaml
+
+from d3ray.cli import main
+from d3ray.compare import build_plan, run_grid, write_report
+from d3ray.config_loading import load_config
+from d3ray.faults import FaultPlan, write_plan
+from tests.conftest import make_corpus
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+STEPS = 8
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return make_corpus(tmp_path_factory.mktemp("corpus"), seed=3, train_docs=200, validation_docs=40, train_shards=1,
+                       seq_len=32)
+
+
+def write_compare_config(tmp_path, corpus):
+    data_dir, tokenizer = corpus
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump({
+        "data": {"train_paths": [str(data_dir / "train")], "validation_paths": [str(data_dir / "validation")],
+                 "tokenizer": {"path": str(tokenizer)}, "seq_len": 32},
+        "train": {"steps": STEPS, "global_batch_size": 4, "micro_batch_size": 4, "num_workers": 1,
+                  "cpus_per_worker": 1, "zero_stage": 0, "warmup_steps": 2, "eval_every": 4, "log_every": 4,
+                  "max_failures": 0},
+        "eval": {"max_sequences_per_domain": 4},
+        "schedule": {"type": "random", "L": 4},
+    }))
+    path = tmp_path / "compare.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "test", "base_config": str(tmp_path / "base.yaml"), "seeds": [0, 1],
+        "output_dir": str(tmp_path / "cmp"),
+        "arms": [{"name": "random", "set": {"schedule.type": "random"}},
+                 {"name": "sequential", "set": {"schedule.type": "sequential"}},
+                 {"name": "bad", "set": {"schedule.nonsense": 1}}],
+    }))
+    return path
+
+
+def test_compare_grid_reports_failures_and_rerun_skips_finished_runs(ray_cluster, corpus, tmp_path):
+    from d3ray.compare.config import CompareConfig
+
+    config_file = write_compare_config(tmp_path, corpus)
+    plan = build_plan(load_config(CompareConfig, config_file))
+    runs = tmp_path / "cmp" / "runs"
+    write_plan(runs / "random-s1", FaultPlan(trainer_exit_at_step=1))  # its trainer dies at once, before the others run
+
+    outcomes = run_grid(plan)
+    status = {o.spec.name: o.status for o in outcomes}
+    assert status == {"random-s0": "done", "random-s1": "failed", "sequential-s0": "done", "sequential-s1": "done",
+                      "bad-s0": "failed", "bad-s1": "failed"}
+    errors = {o.spec.name: o.error for o in outcomes}
+    assert "schedule.nonsense" in errors["bad-s0"]
+    assert errors["random-s1"] and (runs / "random-s1" / "compare_error.txt").is_file()
+    assert json.loads((runs / "random-s1" / "compare_status.json").read_text())["status"] == "failed"
+    report = write_report(plan, outcomes)["dir"]
+    for name in ("results.md", "results.csv", "runs.csv", "loss_curves.png", "loss_vs_compute.png", "domain_ppl.png"):
+        assert (report / name).is_file(), name
+    rows = list(csv.DictReader(open(report / "results.csv")))
+    main_rows = {r["arm"]: r for r in rows if r["metric"] == "eval/mean_loss"}
+    assert set(main_rows) == {"random", "sequential", "bad"}
+    assert (main_rows["random"]["n"], main_rows["sequential"]["n"], main_rows["bad"]["n"]) == ("1", "2", "0")
+    assert main_rows["random"]["verdict"] == "baseline" and main_rows["random"]["best_baseline"] in ("True", "False")
+    assert main_rows["sequential"]["verdict"] == "too few seeds"  # one pair: random-s1 failed
+    assert {r["arm"] for r in rows if r["metric"] == "eval/mean_loss@equal_compute"} == {"random", "sequential", "bad"}
+    assert float(next(r for r in rows if r["metric"] == "compute/total_sec" and r["arm"] == "random")["mean"]) > 0
+    text = (report / "results.md").read_text()
+    assert "random-s1" in text and "schedule.nonsense" in text and "## Verdicts" in text
+    finished = {n: (runs / n / "final_metrics.json").stat().st_mtime_ns for n in ("random-s0", "sequential-s0", "sequential-s1")}
+
+    # rerun through the CLI: the finished runs are skipped, the failed one reruns (its drill has fired)
+    assert main(["compare", "--config", str(config_file)]) == 1  # the bad arm still fails
+    assert {n: (runs / n / "final_metrics.json").stat().st_mtime_ns for n in finished} == finished
+    assert (runs / "random-s1" / "final_metrics.json").is_file()
+    assert json.loads((runs / "random-s1" / "compare_status.json").read_text())["status"] == "done"
+    assert not (runs / "random-s1" / "compare_error.txt").exists()
+    rows = list(csv.DictReader(open(report / "runs.csv")))
+    assert {(r["arm"], r["seed"], r["status"]) for r in rows} == {
+        ("random", "0", "skipped"), ("random", "1", "done"), ("sequential", "0", "skipped"),
+        ("sequential", "1", "skipped"), ("bad", "0", "failed"), ("bad", "1", "failed")}
+
+
+def test_compare_parallel_tasks_record_each_runs_error(ray_cluster, corpus, tmp_path):
+    """max_concurrent_runs=2: runs are Ray tasks; an error inside one (here a missing validation path,
+    found before training) fails that run with its error, the grid goes on."""
+    from d3ray.compare.config import CompareConfig
+
+    config_file = write_compare_config(tmp_path, corpus)
+    cfg = load_config(CompareConfig, config_file, [
+        "--max_concurrent_runs=2", "--seeds=[0]",
+        f"--set={{data.validation_paths: [{tmp_path / 'missing'}]}}",
+        "--arms=[{name: random, set: {schedule.type: random}}, {name: sequential, set: {schedule.type: sequential}}]"])
+    outcomes = run_grid(build_plan(cfg))
+    assert [o.status for o in outcomes] == ["failed", "failed"]
+    assert all(o.error.startswith("DataPathError") and "missing" in o.error for o in outcomes)
+    assert all((o.spec.run_dir / "compare_status.json").is_file() for o in outcomes)

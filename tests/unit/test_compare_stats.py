@@ -1,0 +1,81 @@
+"""The comparison's statistics on constructed tables: known means and differences give the expected
+intervals, p-values and verdicts (worked out by hand below)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from d3ray.compare.stats import (
+    BETTER,
+    FEW,
+    TIE,
+    WORSE,
+    bootstrap_interval,
+    lower_is_better,
+    mean_of_independent_se,
+    paired_comparison,
+    summarize,
+)
+
+# random order: 5.0, 5.2, 5.4 over seeds 0-2; the arm is 0.1 lower in every seed, ± 0.01
+BASELINE = {0: 5.0, 1: 5.2, 2: 5.4}
+ARM = {0: 4.89, 1: 5.10, 2: 5.31}  # differences -0.11, -0.10, -0.09
+
+
+def test_summarize_known_table_gives_mean_and_sample_std():
+    s = summarize(BASELINE)
+    assert s.n == 3 and s.mean == pytest.approx(5.2) and s.std == pytest.approx(0.2)  # sqrt((.04+0+.04)/2)
+    assert summarize([1.0, float("nan"), None]).n == 1  # non-finite values are left out
+
+
+def test_paired_comparison_constant_improvement_gives_t_interval_and_better():
+    c = paired_comparison(ARM, BASELINE, lower_is_better=True, confidence=0.95)
+    # d = [-0.11, -0.10, -0.09]: mean -0.1, sd 0.01, se 0.01/sqrt(3); t(0.975, 2) = 4.302653
+    half = 4.302653 * 0.01 / math.sqrt(3)
+    assert c.n == 3 and c.mean_diff == pytest.approx(-0.1) and c.std_diff == pytest.approx(0.01)
+    assert (c.ci_low, c.ci_high) == (pytest.approx(-0.1 - half, abs=1e-6), pytest.approx(-0.1 + half, abs=1e-6))
+    # t = -0.1 / (0.01/sqrt(3)) = -17.32 on 2 df: two-sided p = 0.00332
+    assert c.p_value == pytest.approx(0.003317, abs=2e-5)
+    assert c.rel_change == pytest.approx((5.1 - 5.2) / 5.2)
+    assert c.wins == 3 and c.verdict == BETTER
+    assert c.boot_low <= -0.1 <= c.boot_high and -0.11 - 1e-12 <= c.boot_low and c.boot_high <= -0.09 + 1e-12
+
+
+def test_paired_comparison_same_table_higher_is_better_reads_worse():
+    c = paired_comparison(ARM, BASELINE, lower_is_better=False)
+    assert c.verdict == WORSE and c.wins == 0
+
+
+def test_paired_comparison_noisy_difference_is_no_difference_beyond_seed_noise():
+    # d = [-0.1, +0.1, 0.0]: mean 0, sd 0.1 → interval ±4.30·0.1/√3 = ±0.248
+    arm = {0: 4.9, 1: 5.3, 2: 5.4}
+    c = paired_comparison(arm, BASELINE)
+    assert c.mean_diff == pytest.approx(0.0, abs=1e-12)
+    assert c.ci_low == pytest.approx(-0.2484, abs=1e-4) and c.ci_high == pytest.approx(0.2484, abs=1e-4)
+    assert c.p_value == pytest.approx(1.0) and c.verdict == TIE and c.wins == 1
+
+
+def test_paired_comparison_pairs_only_common_finite_seeds():
+    arm = {0: 4.9, 1: float("nan"), 2: 5.3, 7: 1.0}
+    c = paired_comparison(arm, BASELINE)
+    assert c.n == 2 and c.mean_diff == pytest.approx(-0.1)
+    assert paired_comparison({0: 4.9}, BASELINE).verdict == FEW
+
+
+def test_paired_comparison_identical_shift_has_zero_width_interval():
+    c = paired_comparison({s: v - 0.05 for s, v in BASELINE.items()}, BASELINE)
+    assert c.std_diff == pytest.approx(0.0, abs=1e-12) and c.p_value == 0.0 and c.verdict == BETTER
+
+
+def test_bootstrap_interval_single_value_is_nan_and_constant_is_point():
+    assert all(math.isnan(x) for x in bootstrap_interval([0.3]))
+    assert bootstrap_interval([0.2, 0.2, 0.2]) == (pytest.approx(0.2), pytest.approx(0.2))
+
+
+def test_mean_of_independent_se_and_metric_direction():
+    assert mean_of_independent_se([0.03, 0.04]) == pytest.approx(0.025)  # sqrt(.0009+.0016)/2
+    assert math.isnan(mean_of_independent_se([0.03, float("nan")]))
+    assert lower_is_better("eval/mean_loss") and lower_is_better("eval/RedPajamaC4/ppl")
+    assert not lower_is_better("eval/sft:test:add:d2/exact_match") and not lower_is_better("eval/cloze:x/acc")
