@@ -133,7 +133,8 @@ def iter_sft_records(
     """One :class:`SftRecord` per non-blank line of ``shard``, good or bad, in file order."""
     last_line = 0
     try:
-        for line_no, data in iter_shard_lines(shard, max_record_bytes):
+        for line in iter_shard_lines(shard, max_record_bytes):
+            line_no, data = line.number, line.data
             last_line = line_no
             if data is None:
                 yield _bad(shard.name, line_no, "oversized_record", f"longer than {max_record_bytes} bytes")

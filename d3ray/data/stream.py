@@ -348,8 +348,9 @@ class ShuffleBuffer:
 def _sequence_to_dict(seq: PackedSequence) -> dict[str, Any]:
     out = {"tokens": encode_tokens(seq.tokens), "domain": seq.domain, "sample_id": seq.sample_id,
            "n_tokens": int(seq.n_tokens)}
-    if seq.loss_mask is not None:  # SFT: (T,) bool as base64 of packed bits
-        out["loss_mask"] = base64.b64encode(np.packbits(np.asarray(seq.loss_mask, dtype=bool)).tobytes()).decode()
+    mask = getattr(seq, "loss_mask", None)
+    if mask is not None:  # SFT: (T,) bool as base64 of packed bits
+        out["loss_mask"] = base64.b64encode(np.packbits(np.asarray(mask, dtype=bool)).tobytes()).decode()
     return out
 
 

@@ -144,12 +144,12 @@ class ChunkStreamStats:
     """Mixed: sequences drawn per domain."""
 
 
-def make_batch(sequences: Sequence[Any], epochs: int | Sequence[int]) -> GlobalBatch:
+def make_batch(sequences: Sequence[Any], epoch: int | Sequence[int]) -> GlobalBatch:
     """Stack packed sequences (``tokens``, ``n_tokens``, ``sample_id``, ``domain``, optional
-    ``loss_mask``) into a batch; ``epochs`` is the epoch of all of them or one per sequence. A batch
+    ``loss_mask``) into a batch; ``epoch`` is the epoch of all of them or one per sequence. A batch
     has a loss mask when any of its sequences has one; a sequence without one then gets
     ``position < n_tokens``."""
-    per_seq = [epochs] * len(sequences) if isinstance(epochs, int) else list(epochs)
+    per_seq = [epoch] * len(sequences) if isinstance(epoch, int) else list(epoch)
     input_ids = np.stack([np.asarray(s.tokens, dtype=np.int32) for s in sequences])
     n_tokens = np.asarray([s.n_tokens for s in sequences], dtype=np.int32)
     masks = [getattr(s, "loss_mask", None) for s in sequences]
