@@ -98,7 +98,8 @@ def iter_jsonl_objects(path: str, kind: str) -> Iterator[tuple[int, dict[str, An
         raise EvalInputError(f"{path}: no such file")
     shard = Shard(uri=path, name=path, folder=Path(path).parent.name)
     try:
-        for line_no, data in iter_shard_lines(shard, max_line_bytes=16 * 1024 * 1024):
+        for line in iter_shard_lines(shard, max_line_bytes=16 * 1024 * 1024):
+            line_no, data = line.number, line.data
             if data is None:
                 raise EvalInputError(f"{path} line {line_no}: longer than 16 MiB")
             if not data.strip():
