@@ -49,7 +49,9 @@ def init_local_ray(num_cpus: int, log_to_driver: bool) -> None:
     scanning for running GCS processes, and fails with "Found multiple active Ray instances" when
     another Ray instance runs on the machine. Choosing the dashboard port here and exporting
     ``RAY_API_SERVER_ADDRESS`` before ``ray.init`` (so that the raylet and every worker inherit it)
-    pins every lookup to this instance.
+    pins every lookup to this instance. ``address="local"`` always starts a new instance: without
+    it ``ray.init`` joins whatever cluster ``RAY_ADDRESS`` or ``/tmp/ray/ray_current_cluster`` names
+    (for example one a ``ray start --head`` left behind).
     """
     import socket
 
@@ -59,5 +61,5 @@ def init_local_ray(num_cpus: int, log_to_driver: bool) -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     os.environ["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{port}"
-    ray.init(num_cpus=num_cpus, log_to_driver=log_to_driver, logging_level=logging.WARNING,
-             include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=port)
+    ray.init(address="local", num_cpus=num_cpus, log_to_driver=log_to_driver,
+             logging_level=logging.WARNING, include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=port)

@@ -61,15 +61,19 @@ def test_multinode_actors_follow_resources_and_node_loss_keeps_exactly_once(tmp_
 
         def remove_influence_node() -> None:
             """Once the influence actor holds in chunk 2, remove the worker node that hosts it."""
-            deadline = time.monotonic() + 600
-            while time.monotonic() < deadline and not holding.exists():
-                time.sleep(0.05)
-            actor = ray.get_actor("d3ray:multinode:influence:0")
-            node_id = ray.get(actor.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()))
-            victim = next(w for w in workers if w.node_id == node_id)
-            cluster.remove_node(victim)
-            removed["node"] = node_id
-            marker(cfg.run_dir, "release_influence_hold_2").touch()  # the restarted actor does not hold again
+            try:
+                deadline = time.monotonic() + 600
+                while time.monotonic() < deadline and not holding.exists():
+                    time.sleep(0.05)
+                actor = ray.get_actor("d3ray:multinode:influence:0")
+                node_id = ray.get(actor.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()))
+                victim = next(w for w in workers if w.node_id == node_id)
+                cluster.remove_node(victim)
+                removed["node"] = node_id
+            except Exception as err:  # reported by the assertion below; the run must not hang on the hold
+                removed["error"] = repr(err)
+            finally:
+                marker(cfg.run_dir, "release_influence_hold_2").touch()  # the restarted actor does not hold again
 
         killer = threading.Thread(target=remove_influence_node, daemon=True)
         killer.start()
@@ -77,7 +81,7 @@ def test_multinode_actors_follow_resources_and_node_loss_keeps_exactly_once(tmp_
         killer.join(timeout=60)
 
         assert final["steps"] == STEPS
-        assert "node" in removed, "the influence node was removed mid-run"
+        assert "node" in removed, f"the influence node was removed mid-run: {removed}"
         schedule = assert_exactly_once_in_logged_order(cfg.run_dir, chunks, STEPS, L)
         assert schedule[2]["fallback"] is False, "the restarted influence actor scored chunk 2 after the node loss"
         placement = json.loads((cfg.run_dir / "placement.json").read_text())

@@ -35,6 +35,7 @@ def test_cli_wrong_value_type_names_the_key_and_value(capsys, tmp_path: Path) ->
 def test_cli_missing_data_path_is_reported_before_ray_starts(capsys, tmp_path: Path) -> None:
     import ray
 
+    ray.shutdown()  # a Ray test earlier in the session may have started one; the next one restarts it
     err = _fails(["pretrain", f"--output_dir={tmp_path}", f"--data.train_paths=[{tmp_path}/nonexistent]"], capsys)
     assert f"no such file or folder: '{tmp_path}/nonexistent'" in err
     assert not ray.is_initialized()
