@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from d3ray.data.config import DataConfig
+from d3ray.model import ModelConfig
 from d3ray.schedule.config import RandomScheduleConfig, ScheduleConfig
-from d3ray.train.config import EvalConfig, ModelConfig, TrainConfig
+from d3ray.train.config import EvalConfig, TrainConfig
 
 
 @dataclass(frozen=True, kw_only=True)

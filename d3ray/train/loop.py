@@ -65,11 +65,11 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
+    from d3ray.model import build_model
     from d3ray.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
     from d3ray.train.deepspeed_config import deepspeed_config, lr_factor
     from d3ray.train.evaluation import causal_lm_labels, evaluate
     from d3ray.train.metrics import RunLogs, progress_line
-    from d3ray.train.model import build_model
 
     # Ray Train logs two INFO lines per checkpoint report; the progress line says what matters.
     logging.getLogger("ray.train").setLevel(logging.WARNING)

@@ -137,10 +137,10 @@ def run_pretrain(cfg: RunConfig, scheduler_resources: dict[str, Any] | None = No
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    from d3ray.model import model_config_dict
     from d3ray.schedule.coordinator import ScheduleCoordinator
     from d3ray.schedule.scheduler import build_scheduler
     from d3ray.train.loop import WorkerSpec, train_loop_per_worker
-    from d3ray.train.model import model_config_dict
 
     started = time.perf_counter()
     # Workers run in other directories: hand them an absolute run directory.
@@ -213,7 +213,7 @@ def publish_initial_weights(cfg: RunConfig, model_config: dict[str, Any], coordi
     import ray
     import torch
 
-    from d3ray.train.model import build_model
+    from d3ray.model import build_model
 
     torch.manual_seed(cfg.seed)
     model = build_model(model_config, cfg.model)
