@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from d3ray.influence.config import InfluenceConfig
+from d3ray.influence.estimators import EstimatorConfig
 from d3ray.influence.worker import InfluenceWorker
 from d3ray.schedule.chunker import Chunk
 from d3ray.schedule.config import D3ScheduleConfig
@@ -118,7 +119,7 @@ class CrashingSolverWorker(SolverWorker):
         return super().solve(key, S, init, seed)
 
 
-def assemble_influence(estimator: str, gamma: float, batch_ids: list[int], *parts: Any):
+def assemble_influence(estimator: EstimatorConfig, batch_ids: list[int], *parts: Any):
     """Merge the workers' parts into S (L, L); also the info for the log and the next reference.
 
     Returns ``(S or None, info, reference)``: a merge that fails gives ``S = None`` and
@@ -126,16 +127,12 @@ def assemble_influence(estimator: str, gamma: float, batch_ids: list[int], *part
     so one bad chunk does not poison the next.
     """
     from d3ray.influence.control_variate import mean_reference
-    from d3ray.influence.influence import influence_from_lookahead, influence_from_sketches
 
     means = [p.means for p in parts if getattr(p, "means", None) is not None]
     reference = mean_reference(means) if means else None
     info: dict[str, Any] = {"influence_sec": max(p.timings.get("influence/total_sec", 0.0) for p in parts)}
     try:
-        if estimator == "lookahead":
-            _, S, excluded = influence_from_lookahead(parts, batch_ids)
-        else:
-            _, S, excluded = influence_from_sketches(parts, batch_ids, gamma)
+        _, S, excluded = estimator.merge(parts, batch_ids)
     except ValueError as err:
         return None, {**info, "error": f"influence merge failed: {err}"}, reference
     info["excluded_batches"] = [int(b) for b in excluded]
@@ -146,6 +143,7 @@ class D3Scheduler:
     """Owns the influence actors and the solver pool of a run (created in the driver, used by the coordinator)."""
 
     needs_weights = True
+    """Rank 0 publishes a weights snapshot at each chunk boundary."""
 
     def __init__(self, cfg: D3ScheduleConfig, seed: int, model_config: dict[str, Any], run_name: str,
                  fault_dir: str | None = None) -> None:
@@ -176,7 +174,9 @@ class D3Scheduler:
         self._reference: list | None = None
         # Only a pool of several influence workers needs a shared control-variate reference.
         self._keeps_reference = (len(self.influence_actors) > 1 and cfg.influence.control_variate
-                                 and cfg.influence.estimator != "lookahead")
+                                 and not cfg.influence.estimator.is_exact_lookahead)
+        # The AdamW preconditioner needs the optimizer state with every weights snapshot.
+        self.needs_optimizer_state = cfg.influence.needs_optimizer_state
 
     def submit(self, chunk: Chunk, batch_refs: tuple, weights: list | None) -> PendingOrder:
         n = chunk.size
@@ -188,7 +188,7 @@ class D3Scheduler:
         ids = [chunk.chunk_id * self.cfg.L + i for i in range(n)]
         actors = self.influence_actors
         started = time.perf_counter()
-        if self.cfg.influence.estimator == "lookahead":
+        if self.cfg.influence.estimator.is_exact_lookahead:
             parts = [a.lookahead_chunk.remote(chunk.chunk_id, weights, refs, ids, ids[k::len(actors)])
                      for k, a in enumerate(actors) if ids[k::len(actors)]]
         else:  # several workers share a chunk only once a common reference (the last chunk's) exists
@@ -198,7 +198,7 @@ class D3Scheduler:
                                                    self._reference if shared else None, self._keeps_reference)
                      for k, part in enumerate(splits) if len(part)]
         S_ref, info_ref, next_reference = self._assemble.options(num_returns=3).remote(
-            self.cfg.influence.estimator, self.cfg.influence.gamma, ids, *parts)
+            self.cfg.influence.estimator, ids, *parts)
         if self._keeps_reference:
             self._reference = [next_reference]  # the next chunk's reference: this chunk's mean directions
         solve_ref = self.solver_pool.submit(chunk.chunk_id, S_ref, seed=self.seed * 1_000_003 + chunk.chunk_id)
@@ -236,7 +236,7 @@ class D3Pending:
         import ray
         from ray.exceptions import GetTimeoutError, RayError
 
-        base = {"scheduler": "d3", "estimator": self.cfg.influence.estimator,
+        base = {"scheduler": "d3", "estimator": self.cfg.influence.estimator.describe(),
                 "solver": self.cfg.solver.type_name, "staleness": self.cfg.staleness}
         S = None
         deadline = None if timeout_s is None else time.monotonic() + timeout_s

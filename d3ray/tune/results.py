@@ -30,7 +30,8 @@ logger = logging.getLogger(__name__)
 EXTRA_COLUMNS = ("final_loss", "tokens_per_sec", "wall_seconds")
 GAMMA_NOTE = (
     "gamma_changes_order: under the Taylor estimators (first_order, fisher, gnb, hutchinson) γ only "
-    "scales S by γ²/2, so it cannot change the order; only the lookahead estimator's order depends on γ."
+    "scales S by γ²/2, so it cannot change the order, and with preconditioner adam γ is unused; only the "
+    "lookahead estimator's order with the plain step depends on γ."
 )
 
 
@@ -54,11 +55,12 @@ class TrialRow:
 
 
 def gamma_changes_order(cfg: RunConfig) -> str:
-    """``yes`` (lookahead), ``no`` (Taylor estimators: γ only scales S) or ``n/a`` (no D3)."""
+    """``yes`` (exact look-ahead with the plain step), ``no`` (Taylor estimators: γ only scales S; or the
+    AdamW step, where γ is unused) or ``n/a`` (no D3)."""
     influence = getattr(cfg.schedule, "influence", None)
     if influence is None:
         return "n/a"
-    return "yes" if influence.estimator == "lookahead" else "no"
+    return "yes" if influence.gamma_changes_order else "no"
 
 
 def _finite(value: Any) -> float | None:

@@ -16,6 +16,7 @@ import transformers
 from scipy.stats import spearmanr
 
 from d3ray.influence.config import IdentitySketchConfig, InfluenceConfig
+from d3ray.influence.estimators import HutchinsonConfig, LookaheadConfig
 from d3ray.influence.influence import influence_from_lookahead, influence_from_sketches
 from d3ray.influence.statistics import taylor_influence
 from d3ray.influence.worker import InfluenceWorker
@@ -35,7 +36,7 @@ def setup():
         lo = rng.integers(0, 48)
         batches.append(rng.integers(lo, lo + 16, size=(4, 24)))
     torch.manual_seed(0)
-    worker = InfluenceWorker(MODEL, InfluenceConfig(estimator="lookahead", dtype="float64", device="cpu"))
+    worker = InfluenceWorker(MODEL, InfluenceConfig(estimator=LookaheadConfig(), dtype="float64", device="cpu"))
     weights = {k: v.detach().float().numpy() for k, v in worker.model.state_dict().items()}
     return worker, weights, batches
 
@@ -75,7 +76,7 @@ def test_hutchinson_s_correlates_with_lookahead_s(setup):
     worker, weights, batches = setup
     _, S_look, _ = influence_from_lookahead([worker.lookahead_matrix(weights, batches, IDS, gamma=0.01)], IDS)
     config = InfluenceConfig(
-        estimator="hutchinson",
+        estimator=HutchinsonConfig(),
         hutchinson_probes=64,
         sketch=IdentitySketchConfig(),
         control_variate=False,
