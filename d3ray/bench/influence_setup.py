@@ -141,7 +141,7 @@ def trained_weights(
             snap = TrainedWeights(
                 steps=step,
                 weights={k: v.detach().float().cpu().numpy() for k, v in net.state_dict().items()},
-                optimizer=AdamWState.from_torch(opt, net.named_parameters()),
+                optimizer=AdamWState.from_torch(opt, net.named_parameters(), max_grad_norm=tcfg.grad_clip),
                 loss=float(np.mean(losses[-20:])),
             )
             paths[step].parent.mkdir(parents=True, exist_ok=True)
@@ -156,7 +156,7 @@ def _load(path: Path) -> TrainedWeights:
     from d3ray.influence.optimizer import AdamWState
 
     raw = torch.load(path, weights_only=False)
-    opt = dict(raw["optimizer"])
+    opt = {"max_grad_norm": train_config(0, 0).grad_clip, **raw["optimizer"]}  # older caches lack the clip
     return TrainedWeights(
         steps=raw["steps"], weights=raw["weights"], optimizer=AdamWState(**opt), loss=raw["loss"]
     )

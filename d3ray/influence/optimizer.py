@@ -7,13 +7,16 @@ what DeepSpeed's ``torch_adam`` runs), whose step from the state (m, v, t) with 
     m' = β1·m + (1 − β1)·g        v' = β2·v + (1 − β2)·g ⊙ g        t' = t + 1
     Δθ = −η·(λ·θ + m̂ ⊘ (√v̂ + ε)),   m̂ = m' / (1 − β1^t'),   v̂ = v' / (1 − β2^t')
 
-(Loshchilov & Hutter 2019, "Decoupled weight decay regularization", Alg. 2). Both are written
+(Loshchilov & Hutter 2019, "Decoupled weight decay regularization", Alg. 2), applied to the gradient
+clipped as the trainers clip it, g · min(1, C / (‖g‖ + 1e-6)) (DeepSpeed ``gradient_clipping``,
+``torch.nn.utils.clip_grad_norm_``). Both are written
 Δθ_i = −η·u_i with a scalar step size η (γ, or the learning rate) and a direction u_i (g_i, or the
 bracket above), so that one Taylor form covers both (README.md, "Optimizer-aware influence").
 
 :class:`AdamWState` is the optimizer state that ships with a weights snapshot (numpy, by parameter
 name); it is validated when it is made, so that a wrong state fails where the snapshot is built, not
-inside an influence actor. Gradient clipping is not modelled: the step of one batch is unclipped.
+inside an influence actor. The clip uses the norm over the parameters that take part: exact when all
+do (the benchmark's reference), an approximation under ``param_filter``.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class AdamWState:
         step: t, updates taken so far (the next one has bias corrections at t + 1); 0 = fresh optimizer.
         exp_avg: name → m, shaped like the parameter (float32/float64 numpy).
         exp_avg_sq: name → v, shaped like the parameter, >= 0.
+        max_grad_norm: C, the trainer's global gradient-norm clip (0 = none).
 
     Raises:
         ValueError: a hyperparameter is out of range, or m and v disagree on names or shapes.
@@ -60,6 +64,7 @@ class AdamWState:
     step: int
     exp_avg: Mapping[str, np.ndarray]
     exp_avg_sq: Mapping[str, np.ndarray]
+    max_grad_norm: float = 0.0
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.lr) and self.lr > 0):
@@ -72,6 +77,8 @@ class AdamWState:
             raise ValueError(f"AdamWState.weight_decay must be >= 0, got {self.weight_decay}")
         if self.step < 0:
             raise ValueError(f"AdamWState.step must be >= 0, got {self.step}")
+        if not self.max_grad_norm >= 0:
+            raise ValueError(f"AdamWState.max_grad_norm must be >= 0, got {self.max_grad_norm}")
         if set(self.exp_avg) != set(self.exp_avg_sq):
             odd = sorted(set(self.exp_avg) ^ set(self.exp_avg_sq))
             raise ValueError(f"AdamWState: exp_avg and exp_avg_sq name different parameters: {odd[:5]}")
@@ -88,8 +95,11 @@ class AdamWState:
         return cls(step=0, exp_avg=zeros, exp_avg_sq=zeros, **hyper)
 
     @classmethod
-    def from_torch(cls, optimizer: torch.optim.Optimizer, named: Iterable[tuple[str, torch.Tensor]]) -> AdamWState:
-        """The state of a plain ``torch.optim.AdamW`` (one param group) over named parameters.
+    def from_torch(
+        cls, optimizer: torch.optim.Optimizer, named: Iterable[tuple[str, torch.Tensor]], max_grad_norm: float = 0.0
+    ) -> AdamWState:
+        """The state of a plain ``torch.optim.AdamW`` (one param group) over named parameters, whose
+        gradients the training loop clips to ``max_grad_norm`` (0 = not clipped).
 
         Parameters the optimizer has not stepped yet get zeros; ``step`` is the largest step count.
         """
@@ -98,8 +108,8 @@ class AdamWState:
         for name, p in named:
             st = optimizer.state.get(p, {})
             if "exp_avg" in st:
-                exp_avg[name] = st["exp_avg"].detach().float().cpu().numpy()
-                exp_avg_sq[name] = st["exp_avg_sq"].detach().float().cpu().numpy()
+                exp_avg[name] = np.array(st["exp_avg"].detach().float().cpu().numpy())  # a copy, not a view
+                exp_avg_sq[name] = np.array(st["exp_avg_sq"].detach().float().cpu().numpy())
                 steps.append(int(st["step"]))
             else:
                 exp_avg[name] = np.zeros(tuple(p.shape), dtype=np.float32)
@@ -112,6 +122,7 @@ class AdamWState:
             step=max(steps),
             exp_avg=exp_avg,
             exp_avg_sq=exp_avg_sq,
+            max_grad_norm=max_grad_norm,
         )
 
     def check_covers(self, shapes: Mapping[str, tuple[int, ...]]) -> None:
@@ -146,6 +157,10 @@ def adamw_direction(
         state: hyperparameters and step count.
         moments: (m, v) of the same names as tensors (see :meth:`AdamWState.tensors`).
     """
+    if state.max_grad_norm > 0:  # the trainers' clip_grad_norm_: coefficient C / (‖g‖ + 1e-6), at most 1
+        norm = torch.sqrt(sum((g.double() ** 2).sum() for g in grads.values()))
+        coef = float(torch.clamp(state.max_grad_norm / (norm + 1e-6), max=1.0))
+        grads = {n: g * coef for n, g in grads.items()} if coef < 1.0 else grads
     b1, b2 = state.betas
     t = state.step + 1
     bc1, bc2_sqrt = 1.0 - b1**t, math.sqrt(1.0 - b2**t)

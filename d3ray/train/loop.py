@@ -38,23 +38,22 @@ class WorkerSpec:
     """[ObjectRef of dict name → (n, T) int32], list-wrapped so Ray does not resolve it early."""
     tokenizer_dir: str
     publish_weights: bool
+    publish_optimizer_state: bool = False
+    """Ship the AdamW state with each weights snapshot (influence ``preconditioner: adam``)."""
 
 
-def publish_snapshot(engine, zero_stage: int, rank: int, coordinator, version: int) -> None:
-    """Put a float32 numpy state dict in the object store and hand its ref to the coordinator.
-
-    Under ZeRO-3 the 16-bit consolidation is a collective: every rank calls it, rank 0 gets it.
-    """
+def publish_snapshot(engine, zero_stage: int, rank: int, coordinator, version: int, optimizer_state: bool) -> None:
+    """Put a float32 numpy state dict (and the AdamW state if asked) in the object store and hand the
+    refs to the coordinator. Collectives under ZeRO (d3ray/train/snapshot.py): every rank calls."""
     import ray
 
-    if zero_stage == 3:
-        state = engine._zero3_consolidated_16bit_state_dict()
-    else:
-        state = engine.module.state_dict() if rank == 0 else None
+    from d3ray.train.snapshot import snapshot_optimizer_state, snapshot_weights
+
+    parts = [snapshot_weights(engine, zero_stage, rank)]
+    if optimizer_state:
+        parts.append(snapshot_optimizer_state(engine, zero_stage, rank))
     if rank == 0:
-        weights = {k: v.detach().float().cpu().numpy() for k, v in state.items()}
-        ref = ray.put(weights)
-        coordinator.publish_weights.remote(version, [ref])
+        coordinator.publish_weights.remote(version, [ray.put(p) for p in parts])
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
@@ -110,7 +109,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     fail_marker = run_dir / f".fail_at_step_{tcfg.fail_at_step}.done"
 
     if spec.publish_weights:  # the weights the next chunk may be scored at (fresh start or resume)
-        publish_snapshot(engine, tcfg.zero_stage, rank, coordinator, version=state.next_chunk)
+        publish_snapshot(engine, tcfg.zero_stage, rank, coordinator, state.next_chunk, spec.publish_optimizer_state)
 
     def run_eval() -> dict[str, float]:
         if not eval_sets:
@@ -189,7 +188,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
         if chunk_done:
             state.next_chunk, state.position = chunk.chunk_id + 1, 0
             if spec.publish_weights and state.step < tcfg.steps:
-                publish_snapshot(engine, tcfg.zero_stage, rank, coordinator, version=state.next_chunk)
+                publish_snapshot(engine, tcfg.zero_stage, rank, coordinator, state.next_chunk, spec.publish_optimizer_state)
         finished = state.step >= tcfg.steps
         if finished:
             last_eval = run_eval()

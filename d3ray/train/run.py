@@ -167,11 +167,13 @@ def run_pretrain(cfg: RunConfig, scheduler_resources: dict[str, Any] | None = No
         ).remote(make_stream, scheduler, cfg.schedule.prefetch_chunks,
                  getattr(cfg.schedule, "staleness", 1), getattr(cfg.schedule, "deadline_s", None))
         if getattr(scheduler, "needs_weights", False) and not any(run_dir.glob("checkpoint_*")):
-            publish_initial_weights(cfg, model_config, coordinator)
+            publish_initial_weights(cfg, model_config, coordinator,
+                                    bool(getattr(scheduler, "needs_optimizer_state", False)))
         spec = WorkerSpec(cfg=cfg, model_config=model_config, coordinator=coordinator,
                           eval_sets=[ray.put(eval_sets)] if eval_sets else [],
                           tokenizer_dir=str(prepared.tokenizer_dir),
-                          publish_weights=bool(getattr(scheduler, "needs_weights", False)))
+                          publish_weights=bool(getattr(scheduler, "needs_weights", False)),
+                          publish_optimizer_state=bool(getattr(scheduler, "needs_optimizer_state", False)))
         resources_per_worker = {"CPU": cfg.train.cpus_per_worker, **cfg.train.resources_per_worker}
         if cfg.train.use_gpu:
             resources_per_worker["GPU"] = cfg.train.gpus_per_worker
@@ -207,18 +209,26 @@ def run_pretrain(cfg: RunConfig, scheduler_resources: dict[str, Any] | None = No
             ray.shutdown()
 
 
-def publish_initial_weights(cfg: RunConfig, model_config: dict[str, Any], coordinator: Any) -> None:
+def publish_initial_weights(cfg: RunConfig, model_config: dict[str, Any], coordinator: Any,
+                            optimizer_state: bool = False) -> None:
     """Publish the initial weights (version 0) from the driver, so that chunk 0's influence overlaps
-    with the trainers' start-up. They equal the trainers' own: same seed, same construction."""
+    with the trainers' start-up. They equal the trainers' own: same seed, same construction; with
+    ``optimizer_state``, also the AdamW state before the first step (zeros, the first step's lr)."""
     import ray
     import torch
 
     from d3ray.model import build_model
+    from d3ray.train.deepspeed_config import lr_factor
+    from d3ray.train.snapshot import initial_optimizer_state
 
     torch.manual_seed(cfg.seed)
     model = build_model(model_config, cfg.model)
-    weights = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
-    ray.get(coordinator.publish_weights.remote(0, [ray.put(weights)]))
+    parts: list[Any] = [{k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}]
+    if optimizer_state:
+        tcfg = cfg.train
+        parts.append(initial_optimizer_state(model, tcfg.lr * lr_factor(0, tcfg), tcfg.betas, tcfg.weight_decay,
+                                             tcfg.grad_clip))
+    ray.get(coordinator.publish_weights.remote(0, [ray.put(p) for p in parts]))
 
 
 def write_placement(run_dir: Path, coordinator: Any, scheduler: Any) -> None:

@@ -34,7 +34,8 @@ def snapshot_weights(engine: Any, zero_stage: int, rank: int) -> dict[str, np.nd
         state = engine.module.state_dict() if rank == 0 else None
     if rank != 0:
         return None
-    return {k: v.detach().float().cpu().numpy() for k, v in state.items()}
+    # np.array copies: .numpy() of a CPU fp32 tensor is a view of the live parameter.
+    return {k: np.array(v.detach().float().cpu().numpy()) for k, v in state.items()}
 
 
 def _named_trainable(engine: Any) -> list[tuple[str, Any]]:
@@ -71,8 +72,11 @@ def snapshot_optimizer_state(engine: Any, zero_stage: int, rank: int) -> AdamWSt
             m, v = state.get("exp_avg"), state.get("exp_avg_sq")
         if rank == 0:
             shape = _full_shape(p)
-            exp_avg[name] = np.zeros(shape, np.float32) if m is None else m.detach().float().cpu().numpy()
-            exp_avg_sq[name] = np.zeros(shape, np.float32) if v is None else v.detach().float().cpu().numpy()
+            # np.array copies: without ZeRO these are views of the live optimizer state.
+            exp_avg[name] = np.zeros(shape, np.float32) if m is None else np.array(m.detach().float().cpu().numpy())
+            exp_avg_sq[name] = (
+                np.zeros(shape, np.float32) if v is None else np.array(v.detach().float().cpu().numpy())
+            )
     if rank != 0:
         return None
     steps = [int(st["step"]) for st in base.state.values() if isinstance(st, dict) and "step" in st]
@@ -85,15 +89,16 @@ def snapshot_optimizer_state(engine: Any, zero_stage: int, rank: int) -> AdamWSt
         step=max(steps, default=0),
         exp_avg=exp_avg,
         exp_avg_sq=exp_avg_sq,
+        max_grad_norm=float(engine.gradient_clipping() or 0.0),
     )
     state.check_covers({n: _full_shape(p) for n, p in named})
     return state
 
 
 def initial_optimizer_state(model: Any, lr: float, betas: tuple[float, float], weight_decay: float,
-                            eps: float = 1e-8) -> AdamWState:
+                            max_grad_norm: float, eps: float = 1e-8) -> AdamWState:
     """The state before the first step (m = v = 0, step 0) of a model's trainable parameters, for the
     weights published before training starts; ``lr`` is the first step's (after warmup scaling)."""
     shapes = {n: tuple(p.shape) for n, p in model.named_parameters() if p.requires_grad}
     return AdamWState.fresh(shapes, lr=lr, betas=(float(betas[0]), float(betas[1])), eps=eps,
-                            weight_decay=weight_decay)
+                            weight_decay=weight_decay, max_grad_norm=max_grad_norm)
