@@ -156,7 +156,9 @@ def _load(path: Path) -> TrainedWeights:
     from d3ray.influence.optimizer import AdamWState
 
     raw = torch.load(path, weights_only=False)
-    opt = {"max_grad_norm": train_config(0, 0).grad_clip, **raw["optimizer"]}  # older caches lack the clip
+    from d3ray.train.config import TrainConfig
+
+    opt = {"max_grad_norm": TrainConfig().grad_clip, **raw["optimizer"]}  # older caches lack the clip
     return TrainedWeights(
         steps=raw["steps"], weights=raw["weights"], optimizer=AdamWState(**opt), loss=raw["loss"]
     )
