@@ -21,6 +21,8 @@ CONFIG = InfluenceConfig(
     dtype="float64",
     device="cpu",
     gamma=0.05,
+    preconditioner="none",
+    sample_fraction=1.0,
 )
 GAMMA = CONFIG.gamma
 

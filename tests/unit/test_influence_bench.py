@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import itertools
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -66,3 +69,26 @@ def test_variants_full_batch_list_limits_estimators_and_probes():
     assert variants(1.0, "fisher,hutchinson:2") == [("fisher", 0), ("hutchinson", 1)]
     assert ("hutchinson", 8) in variants(0.125, "")
     assert ("hutchinson", 4) not in variants(0.5, "")
+
+
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "redpajama_sample" / "slimpajama_format"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not DATA.is_dir(), reason=f"real data sample not found at {DATA}")
+def test_bench_influence_quick_runs_end_to_end_on_real_text(tmp_path):
+    from d3ray.bench.influence import add_arguments, run
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--quick", "--data", str(DATA), "--workdir", str(tmp_path), "--out", str(tmp_path / "o.json")])
+
+    assert run(args) == 0
+
+    records = json.loads((tmp_path / "o.json").read_text())["records"]
+    by = {(r["variant"], r["preconditioner"]): r for r in records}
+    assert by[("lookahead", "adam")]["regret_L4"] == 0.0  # the reference against itself
+    # the plain step has a symmetric first-order term: first_order's S is exactly zero, no Spearman
+    assert by[("first_order", "none")]["spearman_L4"] is None
+    assert by[("first_order", "adam")]["spearman_L4"] is not None
+    assert all(r["cost_ratio"] > 0 for r in records if r["variant"] != "lookahead")

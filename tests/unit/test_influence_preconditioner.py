@@ -50,9 +50,10 @@ def test_plain_step_reproduces_the_numbers_from_before_the_registry():
     model = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=32).to_dict()
     weights = {k[len("weights/"):]: golden[k] for k in golden.files if k.startswith("weights/")}
     batches, ids = list(golden["batches"]), list(range(6))
-    base = {"dtype": "float64", "device": "cpu", "gamma": 0.01, "sketch": SjltSketchConfig(k=64, seed=3)}
+    base = {"dtype": "float64", "device": "cpu", "gamma": 0.01, "sketch": SjltSketchConfig(k=64, seed=3),
+            "preconditioner": "none"}
 
-    look = InfluenceConfig(estimator=EstimatorConfig.lookup("lookahead")(), **base)
+    look = InfluenceConfig(estimator=EstimatorConfig.lookup("lookahead")(), sample_fraction=1.0, **base)
     A_look = look.estimator.merge([InfluenceWorker(model, look).lookahead_matrix(weights, batches, ids)], ids)[0]
     assert np.array_equal(A_look, golden["lookahead_A"])
     for name in ("first_order", "fisher", "gnb", "hutchinson"):

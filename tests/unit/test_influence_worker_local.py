@@ -9,6 +9,7 @@ import pytest
 import torch
 import transformers
 
+from d3ray.influence import AdamWState
 from d3ray.influence.config import IdentitySketchConfig, InfluenceConfig, SjltSketchConfig
 from d3ray.influence.estimators import (
     FirstOrderConfig,
@@ -24,7 +25,7 @@ MODEL = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64, n
 GAMMA = 0.05
 EXACT = InfluenceConfig(
     estimator=FisherConfig(), sketch=IdentitySketchConfig(), control_variate=False, dtype="float64", device="cpu",
-    gamma=GAMMA,
+    gamma=GAMMA, preconditioner="none", sample_fraction=1.0,
 )
 
 
@@ -81,15 +82,19 @@ def test_worker_fisher_identity_matches_independent_transformers_computation():
     assert excluded == [] and np.any(S != 0)
 
 
-def test_worker_control_variate_with_identity_sketch_leaves_a_unchanged():
+@pytest.mark.parametrize("preconditioner", ["none", "adam"])
+def test_worker_control_variate_with_identity_sketch_leaves_a_unchanged(preconditioner):
     _, weights = _reference_model()
     batches = _batches()
-    plain = InfluenceWorker(MODEL, replace(EXACT, estimator=GnbConfig())).sketch_batches(
-        weights, batches, [0, 1, 2]
+    config = replace(EXACT, estimator=GnbConfig(), preconditioner=preconditioner)
+    state = AdamWState(  # a state whose drift (momentum, decay) and preconditioner are far from trivial
+        lr=0.01, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, step=4, max_grad_norm=1.0,
+        exp_avg={k: np.full(v.shape, 0.01) for k, v in weights.items() if k != "lm_head.weight"},
+        exp_avg_sq={k: np.full(v.shape, 1e-4) for k, v in weights.items() if k != "lm_head.weight"},
     )
-    with_cv = InfluenceWorker(MODEL, replace(EXACT, estimator=GnbConfig(), control_variate=True)).sketch_batches(
-        weights, batches, [0, 1, 2]
-    )
+    snapshot = [weights, state]
+    plain = InfluenceWorker(MODEL, config).sketch_batches(snapshot, batches, [0, 1, 2])
+    with_cv = InfluenceWorker(MODEL, replace(config, control_variate=True)).sketch_batches(snapshot, batches, [0, 1, 2])
 
     A_plain, S_plain, _ = influence_from_sketches([plain], [0, 1, 2])
     A_cv, S_cv, _ = influence_from_sketches([with_cv], [0, 1, 2])
