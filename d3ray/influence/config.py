@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from d3ray.influence.estimators import EstimatorConfig, HutchinsonConfig
+from d3ray.influence.estimators import EstimatorConfig, FirstOrderConfig
 from d3ray.registry import ChoiceConfig
 
 if TYPE_CHECKING:
@@ -132,10 +132,13 @@ class InfluenceConfig:
     training step per scored batch (README.md, "Measured").
     """
 
-    estimator: EstimatorConfig = field(default_factory=HutchinsonConfig)
+    estimator: EstimatorConfig = field(default_factory=FirstOrderConfig)
     """Second-order term (``type: first_order | fisher | gnb | hutchinson | lookahead``, or a plain name).
 
-    Measured (``d3ray bench influence``; README.md): see the frontier table there.
+    Default ``first_order``: with the AdamW step (the default preconditioner) the first-order term is not
+    symmetric and carries the order; ``d3ray bench influence`` (README.md, "Measured") finds every
+    estimator at the same fidelity to the exact same-optimizer look-ahead, so the cheapest wins. With
+    ``preconditioner: none`` first_order gives S ≡ 0: pick a curvature estimator there (fisher).
     """
     preconditioner: str = "adam"
     """The step a batch causes: ``none`` (−γ·g, the paper) or ``adam`` (the trainers' AdamW step from the
