@@ -58,8 +58,20 @@ def snapshot_optimizer_state(engine: Any, zero_stage: int, rank: int) -> AdamWSt
     from deepspeed.utils import safe_get_full_optimizer_state
 
     base = getattr(engine.optimizer, "optimizer", engine.optimizer)  # the torch optimizer under ZeRO
-    exp_avg, exp_avg_sq = {}, {}
     named = _named_trainable(engine)
+    group = engine.optimizer.param_groups[0]
+    hyper = {
+        "lr": float(group["lr"]),
+        "betas": (float(group["betas"][0]), float(group["betas"][1])),
+        "eps": float(group["eps"]),
+        "weight_decay": float(group["weight_decay"]),
+        "max_grad_norm": float(engine.gradient_clipping() or 0.0),
+    }
+    # torch creates AdamW's state at the first step; before it (the snapshot a run publishes at start)
+    # the state is zeros. Every rank steps together, so all ranks take this branch or none does.
+    if not any(isinstance(st, dict) and "exp_avg_sq" in st for st in base.state.values()):
+        return AdamWState.fresh({n: _full_shape(p) for n, p in named}, **hyper) if rank == 0 else None
+    exp_avg, exp_avg_sq = {}, {}
     for name, p in named:
         m = v = None
         if zero_stage > 0 or hasattr(p, "_hp_mapping") or hasattr(p, "ds_id"):
@@ -80,17 +92,7 @@ def snapshot_optimizer_state(engine: Any, zero_stage: int, rank: int) -> AdamWSt
     if rank != 0:
         return None
     steps = [int(st["step"]) for st in base.state.values() if isinstance(st, dict) and "step" in st]
-    group = engine.optimizer.param_groups[0]
-    state = AdamWState(
-        lr=float(group["lr"]),
-        betas=(float(group["betas"][0]), float(group["betas"][1])),
-        eps=float(group["eps"]),
-        weight_decay=float(group["weight_decay"]),
-        step=max(steps, default=0),
-        exp_avg=exp_avg,
-        exp_avg_sq=exp_avg_sq,
-        max_grad_norm=float(engine.gradient_clipping() or 0.0),
-    )
+    state = AdamWState(step=max(steps, default=0), exp_avg=exp_avg, exp_avg_sq=exp_avg_sq, **hyper)
     state.check_covers({n: _full_shape(p) for n, p in named})
     return state
 

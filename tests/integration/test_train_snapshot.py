@@ -41,6 +41,7 @@ ds = {"train_batch_size": 2, "train_micro_batch_size_per_gpu": 2, "gradient_accu
                                                 "torch_adam": True}},
       "zero_optimization": zero, "bf16": {"enabled": False}}
 engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds)
+fresh = snapshot_optimizer_state(engine, stage, 0)  # what a run publishes before its first step
 rng = np.random.default_rng(0)
 batches = [torch.tensor(rng.integers(0, 64, size=(2, 12))) for _ in range(4)]
 for x in batches[:3]:
@@ -58,7 +59,8 @@ u = adamw_direction(params, {n: p.grad for n, p in plain.named_parameters()}, st
 engine.backward(engine(input_ids=x, labels=x).loss)
 engine.step()
 after = snapshot_weights(engine, stage, 0)
-out = {"step": state.step, "clip": state.max_grad_norm, "names": sorted(state.exp_avg),
+out = {"fresh_step": fresh.step, "fresh_zero": all(not np.any(v) for v in fresh.exp_avg_sq.values()),
+       "fresh_names": sorted(fresh.exp_avg) == sorted(state.exp_avg), "step": state.step, "clip": state.max_grad_norm, "names": sorted(state.exp_avg),
        "shapes_match": all(state.exp_avg[n].shape == before[n].shape for n in state.exp_avg),
        "nonzero_v": all(bool(np.any(v > 0)) for v in state.exp_avg_sq.values()),
        "max_error": max(float(np.abs((after[n] - before[n]) + state.lr * u[n].numpy()).max()) for n in params),
@@ -83,6 +85,7 @@ def test_snapshot_optimizer_state_predicts_the_engines_next_step(stage, tmp_path
     assert done.returncode == 0 and lines, done.stderr[-3000:]
     out = json.loads(lines[-1][len("RESULT "):])
 
+    assert out["fresh_step"] == 0 and out["fresh_zero"] and out["fresh_names"]
     assert out["step"] == 3 and out["clip"] == 1.0
     assert out["shapes_match"] and out["nonzero_v"]
     assert "transformer.wte.weight" in out["names"] and "lm_head.weight" not in out["names"]  # tied, once
