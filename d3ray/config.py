@@ -12,9 +12,10 @@ from pathlib import Path
 from d3ray.data.config import DataConfig
 from d3ray.data.sft import SftDataConfig
 from d3ray.influence.config import InfluenceConfig, SjltSketchConfig
+from d3ray.model import ModelConfig
 from d3ray.schedule.config import ScheduleConfig
 from d3ray.schedule.order.configs import D3ScheduleConfig
-from d3ray.train.config import EvalConfig, ModelConfig, TrainConfig
+from d3ray.train.config import EvalConfig, TrainConfig
 
 
 @dataclass(frozen=True, kw_only=True)

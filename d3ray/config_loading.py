@@ -3,7 +3,8 @@
 Configs are frozen ``kw_only`` dataclasses. This module turns plain dicts (from YAML) into
 them and back, with errors that name the offending key path (``train.steps: expected int,
 got 'ten'``). Unknown keys are errors. Fields typed with a :class:`~d3ray.registry.ChoiceConfig`
-family pick their concrete class from the ``type`` key.
+family pick their concrete class from the ``type`` key; a plain string is short for ``{type: string}``
+(``estimator: fisher``, ``--schedule.influence.estimator=fisher``).
 
 Overrides use dotted keys: ``--train.steps=200 --solver.type=rsr``; values are parsed as YAML
 scalars/lists (``--data.train_paths='[a, b]'``).
@@ -94,6 +95,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         parts = key.split(".")
         for part in parts[:-1]:
             child = node.get(part)
+            if isinstance(child, str):  # a choice named by a plain string, now given sub-keys
+                child = node[part] = {"type": child}
             if not isinstance(child, dict):
                 child = {} if child is None else _fail(key, part)
                 node[part] = child
@@ -154,6 +157,8 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
     if dataclasses.is_dataclass(tp) or (isinstance(tp, type) and issubclass(tp, ChoiceConfig)):
         if dataclasses.is_dataclass(value):
             return value
+        if isinstance(value, str) and isinstance(tp, type) and issubclass(tp, ChoiceConfig):
+            value = {"type": value}  # a choice named by a plain string
         if not isinstance(value, dict):
             raise ConfigError(f"{path}: expected a mapping, got {value!r}")
         return from_dict(tp, value, path)

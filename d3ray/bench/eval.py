@@ -77,8 +77,7 @@ def run(args: argparse.Namespace) -> int:
     from d3ray.data.shards import list_shards
     from d3ray.data.tokenizer import load_tokenizer, train_tokenizer
     from d3ray.eval.harness import evaluate_tasks, prepare_tasks
-    from d3ray.train.config import ModelConfig
-    from d3ray.train.model import build_model, model_config_dict
+    from d3ray.model import ModelConfig, build_model, model_config_dict
 
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
     torch.set_num_threads(args.threads)

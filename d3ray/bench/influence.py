@@ -1,24 +1,30 @@
-"""``d3ray bench influence``: cost and fidelity of the influence estimators and sketches.
+"""``d3ray bench influence``: the fidelity/cost frontier of the influence estimators.
 
-For a tiny and a small GPT-2 (built from configs, briefly trained on byte-level RedPajama text so that
-θ is not the initialisation), on chunks of L <= 9 batches, side by side in one process:
+For the project's GPT-2 presets (``gpt2-tiny``, ``gpt2-small`` of :mod:`d3ray.model`), trained with the
+trainers' AdamW on real RedPajama text read by :mod:`d3ray.data` (``influence_setup.py``), at weights
+after each ``--train-steps`` (e.g. 100 and 1,000; trained once and cached under ``--workdir``):
 
-- cost per batch of each estimator as a ratio to one training step (forward + backward + AdamW step)
-  timed in the same process; sketch time; peak memory (CUDA allocator peak, or the RSS growth on CPU);
-- fidelity of S's off-diagonal entries: Spearman, and the normalised order regret
+- reference: the exact look-ahead A[i, j] = ℓ(B_j; θ + Δθ_i) − ℓ(B_j; θ) with the SAME optimizer as
+  training (Δθ_i = one AdamW step from the snapshot's optimizer state), on whole batches, all
+  parameters, float32 (``--reference-dtype``; under the AdamW step S is O(lr) and float32 orders
+  exactly like float64: measured on tiny @1000, 3 chunks of 8, Spearman 1.00, regret 0.00);
+- every estimator variant: first_order, fisher, gnb, hutchinson with 1/2/4/8 probes (the first n of
+  8 probes: the draws of an n-probe call), each with preconditioner ``none`` (−γ·g) and ``adam``, at
+  each ``--sample-fractions`` × ``--param-filters``, through the production path
+  (:func:`~d3ray.influence.chunk.sketch_chunk`, sjlt sketch of ``--k`` with the control variate,
+  reference = the previous chunk's means); plus ``*_shared``: one Hessian diagonal per chunk (the
+  chunk mean of h) reused for every batch, costed as g per batch + the h estimate once per chunk;
+- fidelity per chunk of L = 16 batches and per half chunk (L = 8): Spearman of S's off-diagonal
+  entries and the normalised order regret, with σ from the exact solver
+  (:func:`d3ray.solver.exact.solve_exact`),
 
       regret = (cost_ref(σ_est) − cost_ref(σ_ref)) / (E_random cost_ref(σ) − cost_ref(σ_ref))
 
-  (0 = as good as ordering with the reference, 1 = no better than a random order; the random mean is
-  exact: each pair is violated with probability 1/2), with σ from the exact solver
-  (:func:`d3ray.solver.exact.solve_exact`). Two references: the full-dimension Taylor S of the same
-  estimator (sketch fidelity: ``spearman``, ``regret``), and the exact ``lookahead`` S
-  (estimator fidelity: ``spearman_lookahead``, ``regret_lookahead``).
-
-Fidelity is measured in float64 (the look-ahead is a difference of losses); the costs in float32.
-The full-dimension statistics of each chunk are computed once and then sketched for every k and seed
-with the same code the worker uses (``SketchConfig.build`` and ``ControlVariate``), whose reference is
-the mean of a previous chunk at the same weights, as in the pipeline.
+  (0 = as good as ordering with the reference, 1 = no better than a random order; an all-zero S
+  keeps the initial order); ``sketch_regret`` is the regret against the full-dimension S of the same
+  variant (the sketch's own error);
+- cost: worker seconds per scored batch (float32, a fresh spawned process) / seconds of one training
+  step (forward + backward + AdamW, float32) timed in that same process.
 """
 
 from __future__ import annotations
@@ -26,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -34,69 +39,77 @@ from typing import Any
 
 import numpy as np
 
+from d3ray.bench.influence_setup import (
+    DEFAULT_DATA,
+    load_corpus,
+    mixed_batches,
+    model_config,
+    trained_weights,
+)
+
 logger = logging.getLogger(__name__)
 
-MODELS = {
-    "tiny": {"n_layer": 2, "n_embd": 64, "n_head": 2},
-    "small": {"n_layer": 4, "n_embd": 128, "n_head": 4},
-}
-TAYLOR_ESTIMATORS = ("first_order", "fisher", "gnb", "hutchinson")
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "redpajama_sample" / "redpajama_1t"
+ESTIMATORS = ("first_order", "fisher", "gnb", "hutchinson")
+PROBES = (1, 2, 4, 8)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``d3ray bench influence``."""
     parser.add_argument("--out", type=Path, help="write the records as JSON here")
-    parser.add_argument(
-        "--quick", action="store_true", help="tiny model, 3 seeds, k in {256, 3500}: a smoke run"
-    )
-    parser.add_argument("--models", default="tiny,small", help="comma list of: " + ", ".join(MODELS))
-    parser.add_argument(
-        "--estimators",
-        default=",".join((*TAYLOR_ESTIMATORS, "lookahead", "taylor_hessian")),
-        help="taylor_hessian (bench only) = exact-Hessian second-order Taylor, L² Hessian-vector products",
-    )
-    parser.add_argument("--cost-batches", type=int, default=4, help="batches per timed worker call")
-    parser.add_argument("--ks", default="256,1024,3500", help="sketch sizes (sjlt, the default sketch)")
-    parser.add_argument("--seeds", type=int, default=5, help="chunks (and sketch seeds) per model")
-    parser.add_argument(
-        "--chunk", type=int, default=8, help="L, batches per chunk (<= 9 for the exact solver)"
-    )
+    parser.add_argument("--quick", action="store_true", help="tiny model, 20 steps, 2 chunks of 4: a smoke run")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="SlimPajama-layout sample (train/, validation/)")
+    parser.add_argument("--workdir", type=Path, default=Path("runs/bench_influence"), help="tokenizer + weights cache")
+    parser.add_argument("--models", default="tiny,small", help="comma list of: tiny, small")
+    parser.add_argument("--train-steps", default="100,1000", help="AdamW steps before measuring (comma list)")
+    parser.add_argument("--schedule-steps", type=int, default=2000, help="cosine LR horizon of the training run")
+    parser.add_argument("--chunks", type=int, default=5, help="scored chunks of --chunk batches (+1 for the first reference)")
+    parser.add_argument("--chunk", type=int, default=16, help="L (<= 20, exact solver); halves are scored too")
     parser.add_argument("--batch-size", type=int, default=8, help="sequences per batch")
     parser.add_argument("--seq-len", type=int, default=128)
-    parser.add_argument("--gamma", type=float, default=0.01, help="look-ahead step γ")
-    parser.add_argument("--probes", type=int, default=1, help="Hutchinson probes / GNB samples")
-    parser.add_argument("--train-steps", type=int, default=100, help="AdamW steps before measuring")
+    parser.add_argument("--vocab", type=int, default=1024, help="BPE vocabulary trained on the sample")
+    parser.add_argument("--k", type=int, default=3500, help="sjlt sketch size (with the control variate)")
+    parser.add_argument("--gamma", type=float, default=1e-3, help="γ of the plain step (preconditioner none)")
+    parser.add_argument("--sample-fractions", default="0.125,0.5,1.0")
     parser.add_argument(
-        "--batch-domains",
-        choices=("mixed", "single"),
-        default="mixed",
-        help="each batch mixes domains (like pre-training) or holds one domain",
+        "--full-batch-estimators", default="first_order,fisher,gnb,hutchinson:1",
+        help="estimators scored at sample fraction 1.0 (hutchinson:n = up to n probes): the rest is too slow on CPU",
     )
-    parser.add_argument("--save-s", type=Path, help="save S matrices (.npy) for the solver benchmark")
-    parser.add_argument("--device", default="cpu", help="device of the timed runs: cpu, cuda, auto")
+    parser.add_argument(
+        "--param-filters", default=r"none,ln_f|h\.1\.mlp",
+        help="'none' = all parameters; the others are scored at the smallest sample fraction only",
+    )
+    parser.add_argument(
+        "--reference-dtype", default="float32", choices=("float32", "float64"),
+        help="float32 orders like float64 under the AdamW step (tiny @1000: Spearman 1.00, regret 0.00)",
+    )
+    parser.add_argument("--cost-batches", type=int, default=3, help="batches per timed worker call")
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch default)")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the benchmark, print the table, write JSON."""
+    """Run the benchmark, print the tables, write JSON."""
     import torch
 
     if args.quick:
-        args.models, args.seeds, args.ks, args.train_steps, args.chunk = "tiny", 3, "256,3500", 30, 6
-        args.estimators, args.cost_batches = "fisher,hutchinson,lookahead", 2
-    models = [m for m in args.models.split(",") if m]
-    estimators = [e for e in args.estimators.split(",") if e]
-    ks = [int(k) for k in args.ks.split(",") if k]
-    if args.chunk > 9:
-        raise ValueError(f"--chunk must be <= 9 (exact solver), got {args.chunk}")
+        args.models, args.train_steps, args.chunks, args.chunk = "tiny", "20", 2, 4
+        args.sample_fractions, args.param_filters, args.k, args.cost_batches = "0.5", "none", 64, 1
+        args.full_batch_estimators = ""
+    if args.chunk > 20:
+        raise ValueError(f"--chunk must be <= 20 (exact solver), got {args.chunk}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    corpus = _corpus()
+    steps = [int(s) for s in args.train_steps.split(",") if s]
+    corpus = load_corpus(args.data, args.workdir, args.vocab, args.seq_len, per_domain=2000)
     records: list[dict[str, Any]] = []
-    for model in models:
-        records += _bench_model(model, args, estimators, ks, corpus)
-    _print_table(records)
+    for model in [m for m in args.models.split(",") if m]:
+        cfg_dict = model_config(model, corpus, args.seq_len)
+        snaps = trained_weights(
+            model, steps, corpus, cfg_dict, args.batch_size, args.schedule_steps, args.workdir
+        )
+        for s in steps:
+            records += bench_weights(model, cfg_dict, snaps[s], corpus, args, with_cost=s == max(steps))
+    _attach_costs(records, args.chunk)
+    print_table(records, args.chunk)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"args": _jsonable(vars(args)), "records": records}, indent=1))
@@ -104,73 +117,33 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-# ---- data and model --------------------------------------------------------------------------------
-def _corpus() -> list[np.ndarray]:
-    """Per-domain byte-level token streams of the RedPajama sample (vocab 256), or synthetic text."""
-    streams = []
-    if DATA.is_dir():
-        for domain in sorted(p for p in DATA.iterdir() if p.is_dir()):
-            buf = bytearray()
-            for f in sorted(domain.glob("*.jsonl")):
-                with open(f, encoding="utf-8") as fh:
-                    for line in fh:
-                        buf += json.loads(line)["text"].encode("utf-8")
-                        if len(buf) > 500_000:
-                            break
-            if len(buf) > 10_000:
-                streams.append(np.frombuffer(bytes(buf), dtype=np.uint8).astype(np.int64))
-    if not streams:
-        logger.warning("bench influence: %s not found; using synthetic Markov text", DATA)
-        rng = np.random.default_rng(0)
-        for d in range(4):
-            trans = rng.dirichlet(np.full(256, 0.05), size=256)
-            seq = [d]
-            for _ in range(200_000):
-                seq.append(rng.choice(256, p=trans[seq[-1]]))
-            streams.append(np.array(seq, dtype=np.int64))
-    return streams
+# ---- variants ---------------------------------------------------------------------------------------
+def variants(sample_fraction: float, full_batch: str) -> list[tuple[str, int]]:
+    """(estimator, probes) pairs scored at this sample fraction; probes 0 = not hutchinson.
+
+    Hutchinson runs up to fraction · probes <= 1 (8 probes at 1/8 of the batch, 2 at half of it): more
+    costs several training steps per batch, off the frontier of interest (<= 1x) and slow on a CPU.
+    """
+    out = [(e, 0) for e in ESTIMATORS if e != "hutchinson"]
+    out += [("hutchinson", n) for n in PROBES if sample_fraction * n <= 1.0 or n == 1]
+    if sample_fraction < 1.0:
+        return out
+    allowed = {}
+    for item in (x for x in full_batch.split(",") if x):
+        name, _, n = item.partition(":")
+        allowed[name] = int(n) if n else max(PROBES)
+    return [(e, n) for e, n in out if e in allowed and n <= allowed[e]]
 
 
-def _batches(rng: np.random.Generator, corpus: list[np.ndarray], n: int, b: int, T: int, mode: str):
-    out = []
-    for _ in range(n):
-        domains = [rng.integers(len(corpus))] * b if mode == "single" else rng.integers(len(corpus), size=b)
-        rows = [corpus[d][s : s + T] for d in domains for s in [rng.integers(0, len(corpus[d]) - T)]]
-        out.append(np.stack(rows))
-    return out
+def _estimator_config(name: str, probes: int):
+    from d3ray.influence.estimators import EstimatorConfig, HutchinsonConfig
+
+    return HutchinsonConfig(probes=probes) if name == "hutchinson" else EstimatorConfig.lookup(name)()
 
 
-def _model_config(name: str, T: int) -> dict:
-    import transformers
-
-    # Byte-level ids (< 256) in a 512 vocabulary: GPT-2's default bos/eos id 50256 would lie outside it.
-    return transformers.GPT2Config(
-        vocab_size=512, n_positions=T, bos_token_id=0, eos_token_id=0, **MODELS[name]
-    ).to_dict()
-
-
-def _train(model_config: dict, corpus, args) -> tuple[dict[str, np.ndarray], float]:
-    """Brief AdamW training; returns (weights snapshot, seconds of one training step, min of the last 20)."""
-    import torch
-
-    from d3ray.influence.worker import build_causal_lm
-
-    torch.manual_seed(0)
-    model = build_causal_lm(model_config).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    rng = np.random.default_rng(12345)
-    times = []
-    for _ in range(args.train_steps + 5):
-        x = torch.from_numpy(_batches(rng, corpus, 1, args.batch_size, args.seq_len, "mixed")[0])
-        t0 = time.perf_counter()
-        loss = model(x, labels=x).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        times.append(time.perf_counter() - t0)
-    logger.info("trained %d steps, loss %.3f", len(times), float(loss.detach()))
-    weights = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
-    return weights, float(np.min(times[-min(20, len(times)) :]))  # least disturbed, as for the influence runs
+def _label(name: str, probes: int, shared: bool = False) -> str:
+    base = f"hutchinson{probes}" if name == "hutchinson" else name
+    return base + ("_shared" if shared else "")
 
 
 # ---- fidelity ---------------------------------------------------------------------------------------
@@ -178,7 +151,7 @@ def _offdiag(S: np.ndarray) -> np.ndarray:
     return S[~np.eye(S.shape[0], dtype=bool)]
 
 
-def _fidelity(S_est: np.ndarray, S_ref: np.ndarray) -> tuple[float | None, float | None]:
+def fidelity(S_est: np.ndarray, S_ref: np.ndarray) -> tuple[float | None, float | None]:
     """(Spearman of off-diagonal entries, normalised regret of the exact order of S_est under S_ref)."""
     from scipy.stats import spearmanr
 
@@ -188,224 +161,173 @@ def _fidelity(S_est: np.ndarray, S_ref: np.ndarray) -> tuple[float | None, float
     rho = None
     if np.ptp(_offdiag(S_est)) > 0 and np.ptp(_offdiag(S_ref)) > 0:
         rho = float(spearmanr(_offdiag(S_est), _offdiag(S_ref))[0])
-    best_order, best = solve_exact(S_ref)
-    random_mean = 0.5 * float(np.maximum(S_ref, 0).sum())
+    best = solve_exact(S_ref)[1]
+    random_mean = 0.5 * float(np.maximum(S_ref, 0).sum())  # each pair violated with probability 1/2
     if random_mean - best <= 0:
         return rho, None
-    # An all-zero S (first_order) carries no preference: the order falls back to the initial one.
+    # An all-zero S carries no preference: the order falls back to the initial one.
     order = np.arange(S_est.shape[0]) if not np.any(S_est) else solve_exact(S_est)[0]
     return rho, (ordering_cost(S_ref, order) - best) / (random_mean - best)
 
 
-def _unflatten(rows: np.ndarray, shapes: dict[str, tuple], torch_mod) -> dict:
-    out, at = {}, 0
-    t = torch_mod.from_numpy(rows)
-    for name, shape in shapes.items():
-        size = int(np.prod(shape))
-        out[name] = t[:, at : at + size].reshape(rows.shape[0], *shape)
-        at += size
-    return out
+def _scores(S_est: np.ndarray, S_ref: np.ndarray, L: int) -> dict[int, list[tuple]]:
+    """Fidelity on the whole chunk and on each of its halves: {L: [...], L/2: [...]}."""
+    half = L // 2
+    return {
+        L: [fidelity(S_est, S_ref)],
+        half: [fidelity(S_est[sl, sl], S_ref[sl, sl]) for sl in (slice(0, half), slice(half, L))],
+    }
 
 
-def _sketched_S(full, reference, shapes, sketch_cfg, control_variate: bool, gamma: float) -> np.ndarray:
-    """S of full-dimension rows {q, h: (L, d)} after sketching, optionally with the control variate."""
+def full_dimension_S(stats: list, params: dict, config, optimizer) -> np.ndarray:
+    """S of full-dimension statistics (no sketch), in float64: the sketch-free value of a variant."""
     import torch
 
-    from d3ray.influence.control_variate import ControlVariate
-    from d3ray.influence.influence import influence_matrices
+    from d3ray.influence.chunk import batch_vectors
 
-    sketch = sketch_cfg.build()
-    named = {s: _unflatten(full[s], shapes, torch) for s in ("q", "h")}
-    rows = {s: sketch.project(named[s]) for s in ("q", "h")}
-    if control_variate:
-        cv = ControlVariate(reference, sketch, torch.device("cpu"), torch.float64)
-        rows = cv.augment({s: named[s] for s in ("q", "h")}, rows)
-    zeros = np.zeros_like(rows["q"].numpy())
-    return influence_matrices(zeros, rows["q"].numpy(), rows["h"].numpy(), gamma)[1]
+    first = next(iter(params.values()))
+    moments = optimizer.tensors(params, first.device, first.dtype) if config.needs_optimizer_state else None
+    vecs = [batch_vectors(st, params, config, optimizer, moments) for st in stats]
+    eta = vecs[0][0]
 
+    def gram(a: str, b: str) -> np.ndarray:
+        flat_a = torch.stack([torch.cat([v[1][a][n].reshape(-1) for n in params]).double() for v in vecs])
+        flat_b = torch.stack([torch.cat([v[1][b][n].reshape(-1) for n in params]).double() for v in vecs])
+        return (flat_a @ flat_b.T).numpy()
 
-# ---- cost -------------------------------------------------------------------------------------------
-class _PeakMemory:
-    """Peak memory growth during a block: CUDA allocator peak, or sampled process RSS on CPU."""
-
-    def __init__(self, device: str) -> None:
-        self.cuda = device.startswith("cuda")
-        self.peak_mb = 0.0
-
-    def _rss(self) -> float:
-        with open("/proc/self/statm") as fh:
-            import os
-
-            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-    def __enter__(self):
-        import torch
-
-        if self.cuda:
-            torch.cuda.reset_peak_memory_stats()
-            self.base = torch.cuda.memory_allocated() / 2**20
-        else:
-            self.base = self._rss()
-            self.stop = threading.Event()
-            self.high = self.base
-            self.thread = threading.Thread(target=self._sample, daemon=True)
-            self.thread.start()
-        return self
-
-    def _sample(self) -> None:
-        while not self.stop.wait(0.005):
-            self.high = max(self.high, self._rss())
-
-    def __exit__(self, *exc) -> None:
-        import torch
-
-        if self.cuda:
-            self.peak_mb = torch.cuda.max_memory_allocated() / 2**20 - self.base
-        else:
-            self.stop.set()
-            self.thread.join()
-            self.peak_mb = max(self.high, self._rss()) - self.base
+    S = 0.5 * eta**2 * (gram("h", "q") - gram("q", "h")) if "h" in vecs[0][1] else np.zeros((len(vecs),) * 2)
+    if "u" in vecs[0][1]:
+        F = gram("u", "g")  # F[i, j] = ⟨u_i, g_j⟩
+        S = S - eta * (F.T - F)
+    return S
 
 
-def _cost(model_config, weights, batches, config, device: str, threads: int) -> tuple[float, float, float]:
-    """(seconds per batch, sketch seconds per batch, peak MB) of one float32 worker call.
-
-    Runs in a fresh spawned process, so that the memory peak is not hidden by memory the allocator
-    kept from earlier work (on CPU it is the RSS growth during the first call, sampled every 5 ms);
-    the time is the faster of two further calls.
-    """
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(_cost_in_process, model_config, weights, batches, config, device, threads).result()
-
-
-def _cost_in_process(model_config, weights, batches, config, device: str, threads: int):
-    import torch
-
+# ---- one weights snapshot ---------------------------------------------------------------------------
+def bench_weights(model: str, cfg_dict: dict, snap, corpus, args, with_cost: bool) -> list[dict[str, Any]]:
+    """Records of one (model, training steps): the reference, then every variant per fraction/filter."""
+    from d3ray.influence.config import InfluenceConfig, SjltSketchConfig
+    from d3ray.influence.estimators import LookaheadConfig
     from d3ray.influence.worker import InfluenceWorker
 
-    if threads:
-        torch.set_num_threads(threads)
-    worker = InfluenceWorker(model_config, replace(config, dtype="float32", device=device))
-    ids = list(range(len(batches)))
-
-    def call() -> tuple[float, float]:
-        t0 = time.perf_counter()
-        if config.estimator == "lookahead":
-            worker.lookahead_matrix(weights, batches, ids)
-            sketch = 0.0
-        else:
-            sketch = worker.sketch_batches(weights, batches, ids).timings["influence/sketch_sec"]
-        return time.perf_counter() - t0, sketch
-
-    worker.load_weights(weights)
-    # The first call's memory growth counts what the worker keeps (the sketch's row cache) and its
-    # transient peak; later calls would reuse memory the allocator kept and show no growth.
-    with _PeakMemory(device) as mem:
-        call()
-    total, sketch_sec = min(call() for _ in range(2))  # the least disturbed run on a shared machine
-    return total / len(batches), sketch_sec / len(batches), mem.peak_mb
-
-
-# ---- driver -----------------------------------------------------------------------------------------
-def _bench_model(model: str, args, estimators, ks, corpus) -> list[dict[str, Any]]:
-    """Records of one model: per Taylor estimator the full-dimension row and one row per (k, cv)."""
-    import torch
-
-    from d3ray.influence.config import IdentitySketchConfig, InfluenceConfig, SjltSketchConfig
-    from d3ray.influence.control_variate import Reference
-    from d3ray.influence.influence import influence_from_lookahead, influence_matrices
-    from d3ray.influence.statistics import taylor_influence
-    from d3ray.influence.worker import InfluenceWorker
-
-    T, L = args.seq_len, args.chunk
-    model_config = _model_config(model, T)
-    weights, step_sec = _train(model_config, corpus, args)
-    print(f"[{model}] training step {step_sec * 1e3:.1f} ms (b={args.batch_size}, T={T})", flush=True)
-    rng = np.random.default_rng(2024)
-    # Chunk 0 only provides the first control-variate reference (the "previous chunk").
-    chunks = [_batches(rng, corpus, L, args.batch_size, T, args.batch_domains) for _ in range(args.seeds + 1)]
+    L = args.chunk
+    rng = np.random.default_rng(2024 + snap.steps)
+    chunks = [mixed_batches(corpus.heldout, L, args.batch_size, rng) for _ in range(args.chunks + 1)]
     ids = list(range(L))
-    base = InfluenceConfig(
-        sketch=IdentitySketchConfig(),
-        control_variate=False,
-        dtype="float64",
-        device="cpu",
-        gamma=args.gamma,
-        hutchinson_probes=args.probes,
-        gnb_samples=args.probes,
+    parts = [snap.weights, snap.optimizer]
+    tag = f"[{model} @{snap.steps}]"
+
+    t0 = time.perf_counter()
+    ref_cfg = InfluenceConfig(
+        estimator=LookaheadConfig(), preconditioner="adam", dtype=args.reference_dtype, device="cpu"
     )
-    look = InfluenceWorker(model_config, replace(base, estimator="lookahead"))
-    S_look = [None] + [
-        influence_from_lookahead([look.lookahead_matrix(weights, chunks[c], ids)], ids)[1]
-        for c in range(1, args.seeds + 1)
+    look = InfluenceWorker(cfg_dict, ref_cfg)
+    S_ref = [None] + [
+        ref_cfg.estimator.merge([look.lookahead_matrix(parts, chunks[c], ids)], ids)[1]
+        for c in range(1, args.chunks + 1)
     ]
-    cost_batches = chunks[0][: args.cost_batches]
-    records = []
-    if "taylor_hessian" in estimators:
-        fid = []
-        for c in range(1, args.seeds + 1):
-            objectives = [look._objective(b, i) for b, i in zip(chunks[c], ids, strict=True)]
-            A = taylor_influence(objectives, look._leaves(), args.gamma).detach().numpy()
-            fid.append(_fidelity(A.T - A, S_look[c]))
-        records.append(
-            _record(model, "taylor_hessian", None, "identity", False, {"lookahead": fid}, None, step_sec)
-        )
-    for est in [e for e in estimators if e in TAYLOR_ESTIMATORS]:
-        worker = InfluenceWorker(model_config, replace(base, estimator=est))
-        named = dict(worker.model.named_parameters())
-        shapes = {n: tuple(named[n].shape) for n in worker.names}
-        variants = [(k, cv) for k in ks for cv in ((True, False) if est == "hutchinson" else (True,))]
-        fid: dict[tuple, dict[str, list]] = {v: {"sketch": [], "lookahead": []} for v in variants}
-        full_fid, reference = [], None
-        for c in range(args.seeds + 1):
-            bs = worker.sketch_batches(weights, chunks[c], ids)
-            rows = {"q": bs.Q, "h": bs.H}
-            if c >= 1:
-                S_full = influence_matrices(bs.G, bs.Q, bs.H, args.gamma)[1]
-                full_fid.append(_fidelity(S_full, S_look[c]))
-                for k, cv in variants:
-                    S = _sketched_S(rows, reference, shapes, SjltSketchConfig(k=k, seed=c), cv, args.gamma)
-                    fid[(k, cv)]["sketch"].append(_fidelity(S, S_full))
-                    fid[(k, cv)]["lookahead"].append(_fidelity(S, S_look[c]))
-                    if args.save_s and est == "hutchinson" and cv and k == max(ks):
-                        _save(args.save_s, f"{model}_chunk{c}", S_full, S, S_look[c])
-            reference = Reference(vectors={s: _named_mean(rows[s], shapes) for s in rows}, count=L)
-        del bs, rows
-        cost = _cost(
-            model_config, weights, cost_batches, replace(base, estimator=est), args.device, args.threads
-        )
-        records.append(_record(model, est, None, "identity", False, {"lookahead": full_fid}, cost, step_sec))
-        for k, cv in variants:
-            cfg = replace(base, estimator=est, sketch=SjltSketchConfig(k=k), control_variate=cv)
-            cost = _cost(model_config, weights, cost_batches, cfg, args.device, args.threads)
-            records.append(_record(model, est, k, "sjlt", cv, fid[(k, cv)], cost, step_sec))
-        print(f"[{model}] {est} done", flush=True)
-        torch.cuda.empty_cache() if torch.cuda.is_available() else None
-    if "lookahead" in estimators:
-        cost = _cost(
-            model_config, weights, chunks[1], replace(base, estimator="lookahead"), args.device, args.threads
-        )
-        records.append(_record(model, "lookahead", None, "none", False, {}, cost, step_sec))
+    print(f"{tag} reference look-ahead: {time.perf_counter() - t0:.0f}s for {args.chunks} chunks", flush=True)
+    records = [_record(model, snap, "lookahead", "adam", 1.0, "none", _merge_scores(
+        [_scores(S_ref[c], S_ref[c], L) for c in range(1, args.chunks + 1)]), {})]
+    del look
+
+    fractions = [float(f) for f in args.sample_fractions.split(",") if f]
+    filters = [None if f == "none" else f for f in args.param_filters.split(",") if f]
+    for frac in fractions:
+        for pfilter in filters:
+            if pfilter is not None and frac != min(fractions):
+                continue
+            todo = variants(frac, args.full_batch_estimators)
+            if not todo:
+                continue
+            base = InfluenceConfig(
+                sketch=SjltSketchConfig(k=args.k), gamma=args.gamma, sample_fraction=frac,
+                param_filter=pfilter, dtype="float32", device="cpu",
+            )
+            t0 = time.perf_counter()
+            records += _bench_variants(model, cfg_dict, snap, parts, chunks, S_ref, base, todo, args)
+            print(f"{tag} fraction {frac} filter {pfilter}: {time.perf_counter() - t0:.0f}s", flush=True)
+            if with_cost:
+                _cost_variants(records, model, cfg_dict, parts, chunks[0][: args.cost_batches], base, todo, args)
     return records
 
 
-def _named_mean(rows: np.ndarray, shapes: dict[str, tuple]) -> dict[str, np.ndarray]:
-    mean, out, at = rows.mean(axis=0), {}, 0
-    for name, shape in shapes.items():
-        size = int(np.prod(shape))
-        out[name] = mean[at : at + size].reshape(shape)
-        at += size
+def _bench_variants(model, cfg_dict, snap, parts, chunks, S_ref, base, todo, args) -> list[dict[str, Any]]:
+    import torch
+
+    from d3ray.influence.chunk import sketch_chunk
+    from d3ray.influence.estimators import FirstOrderConfig, hutchinson_samples
+    from d3ray.influence.estimators.gnb import mean_of
+    from d3ray.influence.statistics import BatchStatistics, all_finite
+    from d3ray.influence.worker import InfluenceWorker
+
+    L, ids = args.chunk, list(range(args.chunk))
+    worker = InfluenceWorker(cfg_dict, replace(base, estimator=FirstOrderConfig()))
+    worker.load_weights(parts)
+    sketch = base.sketch.build()
+    families: dict[str, list[int]] = {}
+    for est, n in todo:
+        families.setdefault(est, []).append(n)
+    scores: dict[tuple, list] = {}
+    references: dict[tuple, Any] = {}
+    for c in range(args.chunks + 1):
+        params = worker.leaves()
+        for est, probe_list in families.items():
+            # statistics of each batch once per family; hutchinson: prefix means of 8 probes
+            per_variant: dict[int, list] = {n: [] for n in probe_list}
+            for b, bid in zip(chunks[c], ids, strict=True):
+                obj, gen = worker.objective(b, bid), worker.generator(bid)
+                if est == "hutchinson":
+                    loss, g, draws = hutchinson_samples(obj.loss, params, max(probe_list), gen)
+                    for n in probe_list:
+                        h = mean_of(draws[:n])
+                        ok = bool(torch.isfinite(loss)) and all_finite(g) and all_finite(h)
+                        per_variant[n].append(BatchStatistics(float(loss), g, h, ok))
+                else:
+                    per_variant[0].append(_estimator_config(est, 0).statistics(obj, params, gen))
+            for n, stats in per_variant.items():
+                shared_ok = est in ("fisher", "hutchinson") and n in (0, max(PROBES))
+                kinds = [False, True] if shared_ok else [False]
+                for shared in kinds:
+                    st_list = _shared(stats) if shared else stats
+                    for pre in ("none", "adam"):
+                        key = (_label(est, n, shared), pre)
+                        cfg = replace(base, estimator=_estimator_config(est, n), preconditioner=pre)
+                        out = sketch_chunk(
+                            st_list, ids, params, cfg, sketch, reference=references.get(key),
+                            return_means=True, optimizer=snap.optimizer,
+                        )
+                        references[key] = out.means
+                        if c == 0:
+                            continue
+                        S = cfg.estimator.merge([out], ids)[1]
+                        S_full = full_dimension_S(st_list, params, cfg, snap.optimizer)
+                        acc = scores.setdefault(key, {"look": [], "sketch": []})
+                        acc["look"].append(_scores(S, S_ref[c], L))
+                        acc["sketch"].append(_scores(S, S_full, L))
+    return [
+        _record(model, snap, label, pre, base.sample_fraction, base.param_filter or "none",
+                _merge_scores(acc["look"]), _merge_scores(acc["sketch"]))
+        for (label, pre), acc in scores.items()
+    ]
+
+
+def _shared(stats: list) -> list:
+    """The same statistics with every batch's h replaced by the chunk mean of h (one estimate per chunk)."""
+    from d3ray.influence.statistics import BatchStatistics
+
+    finite = [st for st in stats if st.finite and st.hdiag is not None]
+    mean = {n: sum(st.hdiag[n] for st in finite) / len(finite) for n in finite[0].hdiag}
+    return [BatchStatistics(st.loss, st.grad, mean, st.finite) for st in stats]
+
+
+def _merge_scores(per_chunk: list[dict[int, list[tuple]]]) -> dict[int, dict[str, Any]]:
+    out: dict[int, dict[str, Any]] = {}
+    for chunk in per_chunk:
+        for L, pairs in chunk.items():
+            acc = out.setdefault(L, {"spearman": [], "regret": []})
+            acc["spearman"] += [r for r, _ in pairs]
+            acc["regret"] += [g for _, g in pairs]
     return out
-
-
-def _save(directory: Path, stem: str, S_full, S_sketch, S_look) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    np.save(directory / f"{stem}_hutchinson_full.npy", S_full)
-    np.save(directory / f"{stem}_hutchinson_sjlt.npy", S_sketch)
-    np.save(directory / f"{stem}_lookahead.npy", S_look)
 
 
 def _median(values) -> float | None:
@@ -413,67 +335,114 @@ def _median(values) -> float | None:
     return float(np.median(values)) if values else None
 
 
-def _record(model, est, k, sketch, cv, fidelity, cost, step_sec) -> dict[str, Any]:
-    sk = fidelity.get("sketch", [])
-    lk = fidelity.get("lookahead", fidelity.get("full", []))
-    rec = {
-        "model": model,
-        "estimator": est,
-        "k": k,
-        "sketch": sketch,
-        "control_variate": cv,
-        "spearman": _median(r for r, _ in sk),
-        "regret": _median(g for _, g in sk),
-        "regret_per_seed": [g for _, g in sk],
-        "spearman_lookahead": _median(r for r, _ in lk),
-        "regret_lookahead": _median(g for _, g in lk),
-        "cost_ratio": None,
-        "sec_per_batch": None,
-        "sketch_ms_per_batch": None,
-        "peak_mem_mb": None,
+def _record(model, snap, label, pre, frac, pfilter, look, sketch) -> dict[str, Any]:
+    rec: dict[str, Any] = {
+        "model": model, "steps": snap.steps, "train_loss": snap.loss, "variant": label,
+        "preconditioner": pre, "sample_fraction": frac, "param_filter": pfilter,
     }
-    if cost is not None:
-        per_batch, sketch_sec, peak = cost
-        rec.update(
-            cost_ratio=per_batch / step_sec,
-            sec_per_batch=per_batch,
-            sketch_ms_per_batch=sketch_sec * 1e3,
-            peak_mem_mb=peak,
-        )
+    for L, acc in look.items():
+        rec[f"spearman_L{L}"] = _median(acc["spearman"])
+        rec[f"regret_L{L}"] = _median(acc["regret"])
+        rec[f"regret_L{L}_all"] = acc["regret"]
+    for L, acc in sketch.items():
+        rec[f"sketch_regret_L{L}"] = _median(acc["regret"])
     return rec
 
 
-def _print_table(records: list[dict[str, Any]]) -> None:
-    fmt = lambda v, p=3: "-" if v is None else (f"{v:.{p}f}" if isinstance(v, float) else str(v))  # noqa: E731
-    head = (
-        "model",
-        "estimator",
-        "k",
-        "cv",
-        "cost_ratio",
-        "sketch_ms",
-        "peak_mb",
-        "spearman",
-        "regret",
-        "rho_look",
-        "regret_look",
-    )
-    print(" | ".join(f"{h:>11}" for h in head))
+# ---- cost -------------------------------------------------------------------------------------------
+def _cost_variants(records, model, cfg_dict, parts, batches, base, todo, args) -> None:
+    """Seconds per batch of each (estimator, preconditioner) at this fraction/filter, over a training step."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    configs = {}
+    for est, n in todo:
+        for pre in ("none", "adam"):
+            configs[(_label(est, n), pre)] = replace(base, estimator=_estimator_config(est, n), preconditioner=pre)
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        timed = pool.submit(_cost_in_process, cfg_dict, parts, batches, configs, args.threads).result()
+    for rec in records:
+        if rec["model"] != model or rec["sample_fraction"] != base.sample_fraction:
+            continue
+        if rec["param_filter"] != (base.param_filter or "none"):
+            continue
+        key = (rec["variant"].removesuffix("_shared"), rec["preconditioner"])
+        if key in timed:
+            rec["sec_per_batch"], rec["step_sec"] = timed[key]
+            rec["cost_estimator"] = key[0]
+
+
+def _cost_in_process(cfg_dict, parts, batches, configs, threads):
+    """In a fresh process: one training step's time, then each config's worker seconds per batch."""
+    import torch
+
+    from d3ray.influence.worker import InfluenceWorker
+    from d3ray.model import ModelConfig, build_model
+
+    if threads:
+        torch.set_num_threads(threads)
+    net = build_model(cfg_dict, ModelConfig(attn_implementation="eager")).train()
+    net.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in parts[0].items()}, strict=False)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    steps = []
+    for b in batches * 3:
+        x = torch.from_numpy(b)
+        t0 = time.perf_counter()
+        loss = net(input_ids=x, labels=x).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        steps.append(time.perf_counter() - t0)
+    step_sec = float(np.min(steps))  # the least disturbed, as for the worker calls on a shared machine
+    out = {}
+    ids = list(range(len(batches)))
+    for key, config in configs.items():
+        worker = InfluenceWorker(cfg_dict, config)
+        worker.load_weights(parts)
+        times = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            worker.sketch_batches(parts, batches, ids)
+            times.append((time.perf_counter() - t0) / len(batches))
+        out[key] = (float(min(times)), step_sec)
+    return out
+
+
+def _attach_costs(records: list[dict[str, Any]], L: int) -> None:
+    """Cost ratios (timed on the last weights) onto every record; ``*_shared`` = g + h once per chunk."""
+    timed = {
+        (r["model"], r["sample_fraction"], r["param_filter"], r["cost_estimator"], r["preconditioner"]):
+        (r["sec_per_batch"], r["step_sec"]) for r in records if "sec_per_batch" in r
+    }
     for r in records:
-        cells = (
-            r["model"],
-            r["estimator"],
-            r["k"] if r["k"] else r["sketch"],
-            "y" if r["control_variate"] else "n",
-            fmt(r["cost_ratio"], 2),
-            fmt(r["sketch_ms_per_batch"], 1),
-            fmt(r["peak_mem_mb"], 0),
-            fmt(r["spearman"]),
-            fmt(r["regret"]),
-            fmt(r["spearman_lookahead"]),
-            fmt(r["regret_lookahead"]),
+        key = (r["model"], r["sample_fraction"], r["param_filter"], r["variant"].removesuffix("_shared"),
+               r["preconditioner"])
+        if key not in timed:
+            r["cost_ratio"] = None
+            continue
+        sec, step = timed[key]
+        if r["variant"].endswith("_shared"):
+            first = timed.get(key[:3] + ("first_order", r["preconditioner"]))
+            sec = first[0] + (sec - first[0]) / L if first else sec
+        r["cost_ratio"] = sec / step
+        r["sec_per_batch_all"] = sec
+
+
+def print_table(records: list[dict[str, Any]], L: int) -> None:
+    """One markdown row per record (the README table); medians over the chunks."""
+    fmt = lambda v, p=2: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
+    h = L // 2
+    print(f"| model | steps | variant | precond | frac | filter | cost | rho L{L} | regret L{L} | regret L{h} "
+          f"| sketch regret L{L} |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in records:
+        print(
+            f"| {r['model']} | {r['steps']} | {r['variant']} | {r['preconditioner']} | {r['sample_fraction']} | "
+            f"{r['param_filter']} | {fmt(r.get('cost_ratio'))} | {fmt(r.get(f'spearman_L{L}'))} | "
+            f"{fmt(r.get(f'regret_L{L}'))} | {fmt(r.get(f'regret_L{h}'))} | {fmt(r.get(f'sketch_regret_L{L}'))} |",
+            flush=True,
         )
-        print(" | ".join(f"{c!s:>11}" for c in cells))
 
 
 def _jsonable(d: dict) -> dict:

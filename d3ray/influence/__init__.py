@@ -1,9 +1,11 @@
 """Influence stage: sketched second-order influence between the batches of a chunk (ARCHITECTURE.md §1).
 
-Pure parts (no Ray): :mod:`~d3ray.influence.statistics` (per-batch loss, gradient, Hessian diagonal;
-exact look-ahead), :mod:`~d3ray.influence.sketch` (JL maps), :mod:`~d3ray.influence.control_variate`,
-:mod:`~d3ray.influence.influence` (A, S, merging). :class:`~d3ray.influence.worker.InfluenceWorker` is
-the thin actor class. Importing this package loads only the configs and the numpy merge functions;
+Pure parts (no Ray): :mod:`~d3ray.influence.estimators` (registered estimators, one module each),
+:mod:`~d3ray.influence.statistics` (the batch loss; exact-Hessian Taylor), :mod:`~d3ray.influence.optimizer`
+(the step a batch causes: plain or AdamW), :mod:`~d3ray.influence.sketch` (JL maps),
+:mod:`~d3ray.influence.control_variate`, :mod:`~d3ray.influence.chunk` (``sketch_chunk``,
+``lookahead_rows``), :mod:`~d3ray.influence.influence` (A, S, merging).
+:class:`~d3ray.influence.worker.InfluenceWorker` is the thin actor class. Importing this package loads only the configs and the numpy merge functions;
 ``InfluenceWorker`` (torch, transformers) is imported on first access.
 """
 
@@ -12,12 +14,20 @@ from __future__ import annotations
 from typing import Any
 
 from d3ray.influence.config import (
-    ESTIMATORS,
+    PRECONDITIONERS,
     GaussianSketchConfig,
     IdentitySketchConfig,
     InfluenceConfig,
     SjltSketchConfig,
     SketchConfig,
+)
+from d3ray.influence.estimators import (
+    EstimatorConfig,
+    FirstOrderConfig,
+    FisherConfig,
+    GnbConfig,
+    HutchinsonConfig,
+    LookaheadConfig,
 )
 from d3ray.influence.influence import (
     BatchSketches,
@@ -31,8 +41,15 @@ from d3ray.influence.influence import (
 )
 
 __all__ = [
-    "ESTIMATORS",
+    "PRECONDITIONERS",
+    "AdamWState",
     "BatchSketches",
+    "EstimatorConfig",
+    "FirstOrderConfig",
+    "FisherConfig",
+    "GnbConfig",
+    "HutchinsonConfig",
+    "LookaheadConfig",
     "GaussianSketchConfig",
     "IdentitySketchConfig",
     "InfluenceConfig",
@@ -50,6 +67,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "AdamWState":
+        from d3ray.influence.optimizer import AdamWState
+
+        return AdamWState
     if name == "InfluenceWorker":
         from d3ray.influence.worker import InfluenceWorker
 

@@ -1,7 +1,7 @@
 """Typed configs of the influence stage: which estimator, which sketch, which cost knobs.
 
 ``InfluenceConfig`` is what the pipeline hands to every :class:`~d3ray.influence.worker.InfluenceWorker`;
-``SketchConfig`` is a registered family (``type: sjlt | gaussian | identity``) whose ``build()`` makes
+its ``estimator`` is a registered family (:mod:`d3ray.influence.estimators`) and ``SketchConfig`` is one (``type: sjlt | gaussian | identity``) whose ``build()`` makes
 the Johnson-Lindenstrauss map P of ARCHITECTURE.md section 1. Every field that shapes P (type, k, s,
 seed) must be equal on all workers of a run, since sketches made with different P cannot be multiplied
 together; holding one frozen config per run is how the pipeline guarantees it.
@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from d3ray.influence.estimators import EstimatorConfig, FirstOrderConfig
 from d3ray.registry import ChoiceConfig
 
 if TYPE_CHECKING:
@@ -21,18 +22,17 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: ``none``: Δθ_i = −γ·g_i (the paper); ``adam``: the AdamW step of the shipped optimizer state.
+PRECONDITIONERS = ("none", "adam")
+
 __all__ = [
-    "ESTIMATORS",
+    "PRECONDITIONERS",
     "GaussianSketchConfig",
     "IdentitySketchConfig",
     "InfluenceConfig",
     "SjltSketchConfig",
     "SketchConfig",
 ]
-
-#: The estimators of ARCHITECTURE.md's table, cheapest first.
-ESTIMATORS = ("first_order", "fisher", "gnb", "hutchinson", "lookahead")
-
 
 class SketchConfig(ChoiceConfig):
     """A JL sketch P: R^d → R^k, selected by ``type``."""
@@ -126,35 +126,35 @@ class IdentitySketchConfig(SketchConfig):
 
 @dataclass(frozen=True, kw_only=True)
 class InfluenceConfig:
-    """How the influence workers estimate A (L x L) and S = Aᵀ − A for a chunk (ARCHITECTURE.md §1)."""
+    """How the influence workers estimate A (L x L) and S = Aᵀ − A for a chunk (ARCHITECTURE.md §1).
 
-    estimator: str = "hutchinson"
-    """Second-order term: first_order, fisher, gnb, hutchinson (the paper's, default) or lookahead (exact).
-
-    Fisher measured best for its cost on trained weights but is not yet validated in the D3 pipeline
-    tests, so the default stays hutchinson. Measured (``d3ray bench influence``, GPT-2s after 100 AdamW steps, γ = 0.01): Spearman
-    of S against the exact look-ahead fisher 0.79/0.83 (tiny/small) at ~2.2-3x a training step,
-    hutchinson with 1 probe 0.50/0.52 at ~2.5-4.6x, gnb 0.61/0.41 at ~1.5-2.4x; with 8 probes/samples
-    gnb 0.89/0.80 (6.5-9x) and hutchinson 0.82/0.69 (16-18x). At random init Fisher is poor (tests).
+    The defaults are the knobs ``d3ray bench influence`` measured best at <= 1.0x the cost of a
+    training step per scored batch (README.md, "Measured").
     """
+
+    estimator: EstimatorConfig = field(default_factory=FirstOrderConfig)
+    """Second-order term (``type: first_order | fisher | gnb | hutchinson | lookahead``, or a plain name).
+
+    Default ``first_order``: with the AdamW step (the default preconditioner) the first-order term is not
+    symmetric and carries the order; ``d3ray bench influence`` (README.md, "Measured") finds every
+    estimator at the same fidelity to the exact same-optimizer look-ahead, so the cheapest wins. With
+    ``preconditioner: none`` first_order gives S ≡ 0: pick a curvature estimator there (fisher).
+    """
+    preconditioner: str = "adam"
+    """The step a batch causes: ``none`` (−γ·g, the paper) or ``adam`` (the trainers' AdamW step from the
+    optimizer state shipped with the weights snapshot; γ is then unused: the step size is the lr)."""
     sketch: SketchConfig = field(default_factory=SjltSketchConfig)
-    """JL map applied to g, g ⊙ g and the Hessian diagonal (``type: sjlt | gaussian | identity``)."""
+    """JL map applied to g, u ⊙ u, the Hessian diagonal and u (``type: sjlt | gaussian | identity``)."""
     gamma: float = 1e-3
-    """Look-ahead step γ of I(i→j) = ℓ(B_j; θ − γ g_i) − ℓ(B_j; θ); scales S by γ²/2 in the Taylor path.
-
-    ``lookahead`` takes differences of losses: in float32 γ = 1e-3 is mostly rounding (Spearman 0.6-0.8
-    against float64 on the tiny GPT-2), γ >= 1e-2 is exact to the order; else use dtype float64.
-    """
-    hutchinson_probes: int = 1
-    """Rademacher probes z per batch for ``hutchinson`` (one Hessian-vector product each)."""
-    gnb_samples: int = 1
-    """Label samples per batch for ``gnb`` (one backward each)."""
-    fisher_chunk: int = 8
-    """Sequences per vmapped per-example-gradient call for ``fisher`` (memory: fisher_chunk · d)."""
+    """Look-ahead step γ of the plain step Δθ = −γ·g (preconditioner ``none``); scales S by γ²/2 in the
+    Taylor path. ``lookahead`` takes differences of losses: in float32 γ = 1e-3 is mostly rounding
+    (Spearman 0.6-0.8 against float64 on the tiny GPT-2), γ >= 1e-2 is exact to the order; else use
+    dtype float64."""
     param_filter: str | None = None
     """Regex (``re.search``) on parameter names; only matching parameters take part. None = all."""
-    sample_fraction: float = 1.0
-    """Fraction of each batch's sequences used (at least one), chosen by (seed, batch id)."""
+    sample_fraction: float = 0.125
+    """Fraction of each batch's sequences used (at least one), chosen by (seed, batch id): the cost lever
+    (at 1/8 of the batch every Taylor estimator costs well under a training step; README.md)."""
     control_variate: bool = True
     """Sketch residuals against full-dimension reference directions, with the reference terms exact."""
     seed: int = 0
@@ -165,18 +165,14 @@ class InfluenceConfig:
     """``auto`` (cuda when available, else cpu), ``cpu``, ``cuda`` or ``cuda:N``."""
 
     def __post_init__(self) -> None:
-        if self.estimator not in ESTIMATORS:
-            raise ValueError(f"estimator must be one of {list(ESTIMATORS)}, got {self.estimator!r}")
+        if not isinstance(self.estimator, EstimatorConfig):
+            raise ValueError(f"estimator must be an EstimatorConfig, got {type(self.estimator).__name__}")
+        if self.preconditioner not in PRECONDITIONERS:
+            raise ValueError(f"preconditioner must be one of {list(PRECONDITIONERS)}, got {self.preconditioner!r}")
         if not isinstance(self.sketch, SketchConfig):
             raise ValueError(f"sketch must be a SketchConfig, got {type(self.sketch).__name__}")
         if not self.gamma > 0 or self.gamma != self.gamma or self.gamma == float("inf"):
             raise ValueError(f"gamma must be a positive finite number, got {self.gamma}")
-        if self.hutchinson_probes < 1:
-            raise ValueError(f"hutchinson_probes must be >= 1, got {self.hutchinson_probes}")
-        if self.gnb_samples < 1:
-            raise ValueError(f"gnb_samples must be >= 1, got {self.gnb_samples}")
-        if self.fisher_chunk < 1:
-            raise ValueError(f"fisher_chunk must be >= 1, got {self.fisher_chunk}")
         if self.param_filter is not None:
             try:
                 re.compile(self.param_filter)
@@ -192,3 +188,17 @@ class InfluenceConfig:
             raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
             raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+
+    @property
+    def needs_optimizer_state(self) -> bool:
+        """The weights snapshot must carry the optimizer state (an :class:`AdamWState`)."""
+        return self.preconditioner == "adam"
+
+    @property
+    def gamma_changes_order(self) -> bool:
+        """Whether γ can change the order: only the exact look-ahead with the plain step.
+
+        Under the Taylor estimators with the plain step γ only scales S by γ²/2; under ``adam`` the
+        step size is the optimizer's learning rate and γ is not used.
+        """
+        return self.estimator.is_exact_lookahead and self.preconditioner == "none"

@@ -17,6 +17,9 @@ augmented rows keep the form A = −γ·G Gᵀ + (γ²/2)·Q Hᵀ (and merge lik
     H'_j = [P h_j − b_j P r̂_h,  c b_j,  ⟨h_j, r̂_q⟩ − b_j c,  b_j]
     G'_i = [P g_i − α_i P r̂_g,  α_i,  0,  0]        (α_i = ⟨g_i, r̂_g⟩, a projection: G'G'ᵀ stays a Gram)
 
+With a preconditioned step (u ≠ g, README.md) the first-order term ⟨u_i, g_j⟩ is a product of two
+different statistics: the pair (u, g) then gets the (q, h) form above, U' on the left, G' on the right.
+
 Linearity is kept (P q⊥ = P q − a·P r̂), so shards may sketch and dot their slices and sum. Every worker
 of a chunk must use the same reference, or the rows cannot be multiplied together: the reference
 carries a content hash (``reference_id``) that the merge checks.
@@ -36,10 +39,7 @@ from d3ray.influence.sketch import Sketch
 logger = logging.getLogger(__name__)
 
 # Reference and mean_reference live in influence.py (numpy only) and are re-exported here.
-__all__ = ["EXTRA_COLUMNS", "STATISTICS", "ControlVariate", "Reference", "mean_reference"]
-
-#: The three per-batch statistics: gradient g, squared gradient q = g ⊙ g, Hessian diagonal h.
-STATISTICS = ("g", "q", "h")
+__all__ = ["EXTRA_COLUMNS", "ControlVariate", "Reference", "mean_reference"]
 #: Columns appended to every sketch row by the control variate.
 EXTRA_COLUMNS = 3
 
@@ -66,7 +66,6 @@ class ControlVariate:
                 continue  # no usable direction: this statistic is sketched plainly
             self.unit[stat] = {n: (t / norm.to(dtype)) for n, t in tensors.items()}
             self.sketched[stat] = sketch.project({n: t.unsqueeze(0) for n, t in self.unit[stat].items()})[0]
-        self.cross = self._dot(self.unit.get("q"), self.unit.get("h"))  # c = ⟨r̂_q, r̂_h⟩
 
     @staticmethod
     def _dot(
@@ -89,35 +88,45 @@ class ControlVariate:
         """Rows with the reference terms made exact.
 
         Args:
-            stats: statistic → name → (n, *shape) full-dimension vectors of n batches.
-            sketches: statistic → (n, k) plain sketches P g, P q, P h of the same vectors.
+            stats: statistic → name → (n, *shape) full-dimension vectors of n batches: g, q, h, and u
+                (the step direction) when it differs from g.
+            sketches: statistic → (n, k) plain sketches P g, P q, P h (P u) of the same vectors.
 
         Returns:
-            statistic → (n, k + EXTRA_COLUMNS) rows G', Q', H' of the module docstring, for the
+            statistic → (n, k + EXTRA_COLUMNS) rows G', Q', H' (U') of the module docstring, for the
             statistics in ``sketches`` ("q" and "h" only together).
         """
         n = next(iter(sketches.values())).shape[0]
         ref = next(iter(sketches.values()))
         zero = torch.zeros(n, dtype=ref.dtype, device=ref.device)
-
-        def along(stat: str) -> tuple[torch.Tensor, torch.Tensor]:
-            """(coefficient a (n,), residual sketch (n, k)) of stat along its own reference direction."""
-            if stat not in self.unit:
-                return zero, sketches[stat]
-            a = self._dot(stats[stat], self.unit[stat])
-            return a, sketches[stat] - a[:, None] * self.sketched[stat][None, :]
-
         out = {}
         as_col = lambda x: (x if torch.is_tensor(x) else zero + x)[:, None]  # noqa: E731
-        if "g" in sketches:
-            alpha, g_res = along("g")
+        if "u" in sketches:
+            out["u"], out["g"] = self._pair(stats, sketches, "u", "g", zero, as_col)
+        elif "g" in sketches:
+            alpha, g_res = self._along(stats, sketches, "g", zero)
             out["g"] = torch.cat([g_res, as_col(alpha), as_col(zero), as_col(zero)], dim=1)
         if "q" in sketches and "h" in sketches:
-            a, q_res = along("q")
-            b, h_res = along("h")
-            c = self.cross
-            q_cross = self._dot(stats["q"], self.unit.get("h")) - a * c  # ⟨q⊥_i, r̂_h⟩
-            h_cross = self._dot(stats["h"], self.unit.get("q")) - b * c  # ⟨r̂_q, h⊥_j⟩
-            out["q"] = torch.cat([q_res, as_col(a), as_col(a), as_col(q_cross)], dim=1)
-            out["h"] = torch.cat([h_res, as_col(b * c), as_col(h_cross), as_col(b)], dim=1)
+            out["q"], out["h"] = self._pair(stats, sketches, "q", "h", zero, as_col)
         return out
+
+    def _along(
+        self, stats: Mapping[str, Mapping[str, torch.Tensor]], sketches: Mapping[str, torch.Tensor], stat: str,
+        zero: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(coefficient a (n,), residual sketch (n, k)) of stat along its own reference direction."""
+        if stat not in self.unit:
+            return zero, sketches[stat]
+        a = self._dot(stats[stat], self.unit[stat])
+        return a, sketches[stat] - a[:, None] * self.sketched[stat][None, :]
+
+    def _pair(self, stats, sketches, left: str, right: str, zero, as_col) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows (L'_i, R'_j) with ⟨L'_i, R'_j⟩ ≈ ⟨left_i, right_j⟩, the reference parts exact."""
+        a, l_res = self._along(stats, sketches, left, zero)
+        b, r_res = self._along(stats, sketches, right, zero)
+        c = self._dot(self.unit.get(left), self.unit.get(right))  # ⟨r̂_left, r̂_right⟩
+        l_cross = self._dot(stats[left], self.unit.get(right)) - a * c  # ⟨left⊥_i, r̂_right⟩
+        r_cross = self._dot(stats[right], self.unit.get(left)) - b * c  # ⟨r̂_left, right⊥_j⟩
+        rows_left = torch.cat([l_res, as_col(a), as_col(a), as_col(l_cross)], dim=1)
+        rows_right = torch.cat([r_res, as_col(b * c), as_col(r_cross), as_col(b)], dim=1)
+        return rows_left, rows_right

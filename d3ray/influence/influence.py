@@ -1,12 +1,15 @@
 """Influence matrices A and S of a chunk from per-batch sketches (pure numpy, no Ray).
 
-ARCHITECTURE.md section 1: with the rows of G, Q, H (L x k) the sketches P g_i, P(g_i ⊙ g_i), P h_i,
+ARCHITECTURE.md section 1, with the step of batch i written Δθ_i = −η·u_i (η = γ and u = g for the
+plain step; η = lr and u the AdamW direction with the ``adam`` preconditioner, README.md). With the
+rows of G, U, Q, H (L x k) the sketches P g_i, P u_i, P(u_i ⊙ u_i), P h_i:
 
-    A = −γ · G Gᵀ + (γ²/2) · Q Hᵀ        A[i, j] ≈ I[i→j] = ℓ(B_j; θ − γ g_i) − ℓ(B_j; θ)
-    S = Aᵀ − A = (γ²/2) · (H Qᵀ − Q Hᵀ)   S[i, j] > 0: "train i before j"
+    A = −η · U Gᵀ + (η²/2) · Q Hᵀ                        A[i, j] ≈ I[i→j] = ℓ(B_j; θ + Δθ_i) − ℓ(B_j; θ)
+    S = Aᵀ − A = −η · (G Uᵀ − U Gᵀ) + (η²/2) · (H Qᵀ − Q Hᵀ)   S[i, j] > 0: "train i before j"
 
-S is computed from the second form: the symmetric first-order term cancels analytically instead of
-numerically (it is much larger than S for small γ), and S is antisymmetric to the last bit.
+For the plain step U = G: the first-order term is symmetric and cancels analytically (it is much
+larger than S for small γ), S = (γ²/2)(H Qᵀ − Q Hᵀ); such sketches carry no U (``U is None``).
+Either way S is antisymmetric to the last bit.
 
 Bad batches do not lose the chunk: a batch whose loss, gradient or statistics are not finite is
 *excluded*: its rows of G, Q, H are zeroed, so its row and column of A and S are zero (no preference;
@@ -96,12 +99,14 @@ class BatchSketches:
     Attributes:
         batch_ids: (n,) ids of the batches, in row order.
         G: (n, k') rows P g_i (k' = k, or k + 3 with the control variate); zero for excluded batches.
-        Q: (n, k') rows P(g_i ⊙ g_i).
+        Q: (n, k') rows P(u_i ⊙ u_i) (u = g for the plain step).
         H: (n, k') rows P h_i (zero for ``first_order``).
         losses: (n,) ℓ(B_i; θ) on the sampled sequences (NaN/inf kept for excluded batches).
         excluded: ids of the batches whose loss or statistics were not finite.
         timings: seconds per phase, keys ``influence/<phase>_sec``.
-        estimator: the estimator that made them.
+        estimator: the estimator that made them (``EstimatorConfig.describe()``).
+        step_size: η of the step Δθ_i = −η·u_i (γ, or the optimizer's learning rate).
+        U: (n, k') rows P u_i of the step direction, or None when u = g (the plain step).
         sketch_id: identifies P and the control-variate reference; rows with different ids cannot be
             multiplied together and :func:`influence_from_sketches` refuses to merge them.
         means: full-dimension means of g, q, h over this share's finite batches (to build the next
@@ -117,6 +122,8 @@ class BatchSketches:
     excluded: list[int] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     estimator: str = ""
+    step_size: float = 0.0
+    U: np.ndarray | None = None
     sketch_id: str = ""
     means: Reference | None = None
 
@@ -151,61 +158,70 @@ def nonfinite_rows(*mats: np.ndarray) -> np.ndarray:
 
 
 def influence_matrices(
-    G: np.ndarray, Q: np.ndarray, H: np.ndarray, gamma: float
+    G: np.ndarray, Q: np.ndarray, H: np.ndarray, step_size: float, U: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """A = −γ·G Gᵀ + (γ²/2)·Q Hᵀ and S = Aᵀ − A = (γ²/2)(H Qᵀ − Q Hᵀ), in float64.
+    """A = −η·U Gᵀ + (η²/2)·Q Hᵀ and S = Aᵀ − A, in float64 (module docstring).
 
     Args:
-        G, Q, H: (L, k) sketches P g_i, P(g_i ⊙ g_i), P h_i. Rows with a NaN/inf are treated as
+        G, Q, H: (L, k) sketches P g_i, P(u_i ⊙ u_i), P h_i. Rows with a NaN/inf are treated as
             excluded batches (zero row and column in A and S).
-        gamma: look-ahead step γ > 0.
+        step_size: η > 0 (γ for the plain step).
+        U: (L, k) sketches P u_i of the step directions; None for the plain step (u = g), where the
+            first-order term is symmetric and left out of S.
 
     Returns:
         (A, S), both (L, L) float64; S exactly antisymmetric with a zero diagonal.
     """
-    if not (G.shape == Q.shape == H.shape) or G.ndim != 2:
-        raise ValueError(f"G, Q, H must be (L, k) of one shape, got {G.shape}, {Q.shape}, {H.shape}")
-    bad = nonfinite_rows(G, Q, H)
-    G, Q, H = (np.where(bad[:, None], 0.0, np.asarray(m, dtype=np.float64)) for m in (G, Q, H))
-    gram = G @ G.T  # (L, L)
-    gram = 0.5 * (gram + gram.T)  # exactly symmetric, whatever the BLAS summation order
-    M = Q @ H.T  # (L, L) M[i, j] ≈ g_iᵀ diag(h_j) g_i
-    A = -gamma * gram + 0.5 * gamma**2 * M
-    S = 0.5 * gamma**2 * (M.T - M)
+    if not (G.shape == Q.shape == H.shape) or G.ndim != 2 or (U is not None and U.shape != G.shape):
+        shapes = (G.shape, Q.shape, H.shape, None if U is None else U.shape)
+        raise ValueError(f"G, Q, H (and U) must be (L, k) of one shape, got {shapes}")
+    mats = (G, Q, H) if U is None else (G, Q, H, U)
+    bad = nonfinite_rows(*mats)
+    clean = [np.where(bad[:, None], 0.0, np.asarray(m, dtype=np.float64)) for m in mats]
+    G, Q, H = clean[:3]
+    M = Q @ H.T  # (L, L) M[i, j] ≈ u_iᵀ diag(h_j) u_i
+    S = 0.5 * step_size**2 * (M.T - M)
+    if U is None:
+        F = G @ G.T  # (L, L)
+        F = 0.5 * (F + F.T)  # exactly symmetric, whatever the BLAS summation order
+    else:
+        F = clean[3] @ G.T  # (L, L) F[i, j] ≈ ⟨u_i, g_j⟩
+        S = S - step_size * (F.T - F)
+    A = -step_size * F + 0.5 * step_size**2 * M
     if bad.any():
         logger.info("influence: %d of %d batches excluded (non-finite sketch rows)", int(bad.sum()), len(bad))
     return A, S
 
 
 def influence_from_sketches(
-    parts: Sequence[BatchSketches], order: Sequence[int], gamma: float
+    parts: Sequence[BatchSketches], order: Sequence[int]
 ) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """Merge the sketches of several workers into the chunk's A and S.
 
     Args:
         parts: BatchSketches from the workers (any split of the chunk's batches).
         order: the chunk's batch ids; row/column t of A and S is batch order[t].
-        gamma: look-ahead step γ.
 
     Returns:
         (A, S, excluded): (L, L) float64 each, and the excluded batch ids in chunk order.
 
     Raises:
-        ValueError: a batch id is missing or duplicated, or parts disagree on estimator, width or
-            sketch id (different P or control-variate reference).
+        ValueError: a batch id is missing or duplicated, or parts disagree on estimator, step size,
+            width, step rows or sketch id (different P or control-variate reference).
     """
     if not parts:
         raise ValueError("influence_from_sketches: no parts")
     first = parts[0]
+
+    def signature(p: BatchSketches) -> tuple:
+        return p.sketch_id, p.estimator, p.G.shape[1], p.step_size, p.U is None
+
     for p in parts[1:]:
-        if (
-            p.sketch_id != first.sketch_id
-            or p.estimator != first.estimator
-            or p.G.shape[1] != first.G.shape[1]
-        ):
+        if signature(p) != signature(first):
             raise ValueError(
-                "influence_from_sketches: parts were made with different sketches/references or estimators "
-                f"({first.estimator}/{first.sketch_id}/{first.G.shape[1]} vs {p.estimator}/{p.sketch_id}/{p.G.shape[1]})"
+                "influence_from_sketches: parts were made with different sketches/references, estimators "
+                f"or steps (sketch id, estimator, width, step size, plain step: {signature(first)} vs "
+                f"{signature(p)})"
             )
     where: dict[int, tuple[int, int]] = {}
     for pi, p in enumerate(parts):
@@ -221,11 +237,13 @@ def influence_from_sketches(
         return np.stack([getattr(parts[where[b][0]], attr)[where[b][1]] for b in order]).astype(np.float64)
 
     G, Q, H = stack("G"), stack("Q"), stack("H")
+    U = None if first.U is None else stack("U")
     flagged = {b for p in parts for b in p.excluded}
-    bad = nonfinite_rows(G, Q, H) | np.array([b in flagged for b in order])
-    for m in (G, Q, H):
-        m[bad] = 0.0
-    A, S = influence_matrices(G, Q, H, gamma)
+    bad = nonfinite_rows(*(m for m in (G, Q, H, U) if m is not None)) | np.array([b in flagged for b in order])
+    for m in (G, Q, H, U):
+        if m is not None:
+            m[bad] = 0.0
+    A, S = influence_matrices(G, Q, H, first.step_size, U)
     return A, S, [b for b, is_bad in zip(order, bad, strict=True) if is_bad]
 
 

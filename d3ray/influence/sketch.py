@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import torch
@@ -128,6 +128,25 @@ def _reference(vectors: Mapping[str, torch.Tensor]) -> torch.Tensor:
     return next(iter(vectors.values()))
 
 
+class _BoundedCache:
+    """Blocks of P kept up to a byte budget (first come, kept; beyond the budget recomputed each time)."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        self._entries: dict[tuple, tuple[torch.Tensor, ...]] = {}
+        self._left = budget_bytes
+
+    def get(self, key: tuple, make: Callable[[], tuple[torch.Tensor, ...]]) -> tuple[torch.Tensor, ...]:
+        hit = self._entries.get(key)
+        if hit is not None:
+            return hit
+        entry = make()
+        size = sum(t.numel() * t.element_size() for t in entry)
+        if size <= self._left:
+            self._entries[key] = entry
+            self._left -= size
+        return entry
+
+
 class SparseJLSketch:
     """Block sparse JL / CountSketch (s = 1) with hashed rows and signs; see the module docstring."""
 
@@ -139,8 +158,7 @@ class SparseJLSketch:
         starts = [sum(sizes[:block]) for block in range(s)]
         self._sizes = torch.tensor(sizes, dtype=torch.int64)  # (s,) rows per block
         self._starts = torch.tensor(starts, dtype=torch.int64)  # (s,) first row of each block
-        self._cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._cache_left = cache_bytes
+        self._cache = _BoundedCache(cache_bytes)
 
     def dim(self, numels: Mapping[str, int]) -> int:
         return self.k
@@ -156,17 +174,11 @@ class SparseJLSketch:
         return rows, signs
 
     def _block(self, name: str, start: int, stop: int, device: torch.device, dtype: torch.dtype):
-        cache_key = (name, start, stop, str(device), dtype)
-        hit = self._cache.get(cache_key)
-        if hit is not None:
-            return hit
-        rows, signs = self.rows_and_signs(name, start, stop)
-        entry = (rows.reshape(-1).to(device), (signs.to(dtype) / math.sqrt(self.s)).reshape(-1).to(device))
-        size = entry[0].numel() * entry[0].element_size() + entry[1].numel() * entry[1].element_size()
-        if size <= self._cache_left:
-            self._cache[cache_key] = entry
-            self._cache_left -= size
-        return entry
+        def make() -> tuple[torch.Tensor, torch.Tensor]:
+            rows, signs = self.rows_and_signs(name, start, stop)
+            return rows.reshape(-1).to(device), (signs.to(dtype) / math.sqrt(self.s)).reshape(-1).to(device)
+
+        return self._cache.get((name, start, stop, str(device), dtype), make)
 
     def project(
         self, vectors: Mapping[str, torch.Tensor], offsets: Mapping[str, int] | None = None
@@ -195,8 +207,7 @@ class GaussianSketch:
                 f"GaussianSketch: bad k={k}, block_size={block_size}, distribution={distribution!r}"
             )
         self.k, self.seed, self.block_size, self.distribution = k, seed, block_size, distribution
-        self._cache: dict[tuple, torch.Tensor] = {}
-        self._cache_left = cache_bytes
+        self._cache = _BoundedCache(cache_bytes)
 
     def dim(self, numels: Mapping[str, int]) -> int:
         return self.k
@@ -214,15 +225,7 @@ class GaussianSketch:
 
     def _cached_block(self, name: str, index: int, width: int, device: torch.device, dtype: torch.dtype):
         key = (name, index, width, str(device), dtype)
-        hit = self._cache.get(key)
-        if hit is not None:
-            return hit
-        P = self.block(name, index, width, device).to(dtype)
-        size = P.numel() * P.element_size()
-        if size <= self._cache_left:
-            self._cache[key] = P
-            self._cache_left -= size
-        return P
+        return self._cache.get(key, lambda: (self.block(name, index, width, device).to(dtype),))[0]
 
     def project(
         self, vectors: Mapping[str, torch.Tensor], offsets: Mapping[str, int] | None = None

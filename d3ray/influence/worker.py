@@ -1,13 +1,13 @@
-"""InfluenceWorker: per-batch sketches (or exact look-ahead rows) of a chunk at a weights snapshot.
+"""InfluenceWorker: a thin actor shell that holds a model and calls the pure chunk functions.
 
 A plain class (STYLE.md §5): the pipeline wraps it where it creates it,
 ``ray.remote(InfluenceWorker).options(num_gpus=1).remote(model_config, config)``, and tests call it
-directly. It holds a transformers causal LM built from a config dict (no hub download), loads each
-weights snapshot it is given, and calls the pure functions of :mod:`~d3ray.influence.statistics`,
-:mod:`~d3ray.influence.sketch` and :mod:`~d3ray.influence.control_variate`:
+directly. It holds a causal LM built by :func:`d3ray.model.build_model` from a config dict (no hub
+download), loads each weights snapshot it is given, turns batches into objectives, and calls
+:func:`~d3ray.influence.chunk.sketch_chunk` or :func:`~d3ray.influence.chunk.lookahead_rows`:
 
-    weights (dict name → array, by ObjectRef) ─► load into the model (cast; tied lm_head may be absent)
-    batches (b, T) token ids ─► sample sequences ─► loss, g, h per batch ─► P g, P(g⊙g), P h ─► BatchSketches
+    snapshot (list of ObjectRefs: weights dict name → array [, AdamWState]) ─► load into the model
+    batches (b, T) token ids ─► sample sequences ─► objectives ─► sketch_chunk / lookahead_rows
 
 Determinism: P depends only on the sketch config and parameter names (see sketch.py); the sequence
 subset, Hutchinson probes and GNB labels of a batch depend only on (config.seed, batch id) and the
@@ -19,43 +19,45 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch.func import functional_call
 
+from d3ray.influence.chunk import lookahead_rows, parameter_names, sketch_chunk
 from d3ray.influence.config import InfluenceConfig
-from d3ray.influence.control_variate import EXTRA_COLUMNS, ControlVariate, Reference
-from d3ray.influence.influence import BatchSketches, LookaheadRows
+from d3ray.influence.influence import BatchSketches, LookaheadRows, Reference
+from d3ray.influence.optimizer import AdamWState
 from d3ray.influence.sketch import stable_seed
-from d3ray.influence.statistics import (
-    BatchStatistics,
-    CrossEntropyObjective,
-    Params,
-    batch_statistics,
-    lookahead_influence,
-)
+from d3ray.influence.statistics import BatchStatistics, CrossEntropyObjective, Params
+from d3ray.lora import LoraConfig
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BatchSketches", "InfluenceWorker", "LookaheadRows", "build_causal_lm", "sample_rows"]
+__all__ = ["InfluenceWorker", "sample_rows", "split_snapshot"]
 
 #: Buffers some transformers versions keep in GPT-2 state dicts; a snapshot may carry or omit them.
 _OPTIONAL_KEYS = re.compile(r"(^|\.)attn\.(bias|masked_bias)$")
 
 
-def build_causal_lm(model_config: Mapping[str, Any]) -> torch.nn.Module:
-    """A transformers causal LM from a config dict (``GPT2Config(...).to_dict()``), eager attention, eval mode.
-
-    Eager attention because double backward (Hutchinson) through SDPA fails on CPU; eval mode so that
-    dropout does not make the statistics random.
-    """
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    cfg = AutoConfig.for_model(**dict(model_config))
-    return AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").eval()
+def split_snapshot(parts: Sequence[Any] | Mapping[str, Any]) -> tuple[dict[str, Any], AdamWState | None]:
+    """(weights, optimizer state) of a snapshot: a weights dict, or a list of parts (ObjectRefs or
+    values), each a weights dict (merged) or an :class:`AdamWState` (at most one)."""
+    if isinstance(parts, Mapping):
+        return dict(parts), None
+    weights: dict[str, Any] = {}
+    optimizer = None
+    for part in parts:
+        value = _resolve(part)
+        if isinstance(value, AdamWState):
+            if optimizer is not None:
+                raise ValueError("snapshot has two optimizer states")
+            optimizer = value
+        else:
+            weights.update(value)
+    return weights, optimizer
 
 
 def sample_rows(n_rows: int, fraction: float, seed: int, batch_id: int) -> np.ndarray:
@@ -80,41 +82,47 @@ class InfluenceWorker:
     """Sketches of batches (Taylor estimators) or exact look-ahead rows, at given weights.
 
     Args:
-        model_config: transformers config dict (must hold ``model_type``), e.g.
-            ``GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=512, n_positions=128).to_dict()``.
+        model_config: transformers config dict (must hold ``model_type``), e.g. from
+            :func:`d3ray.model.model_config_dict`.
         config: the run's InfluenceConfig (same on every worker).
 
     Raises:
         ValueError: ``param_filter`` matches no parameter.
     """
 
-    def __init__(self, model_config: Mapping[str, Any], config: InfluenceConfig) -> None:
+    def __init__(self, model_config: Mapping[str, Any], config: InfluenceConfig, lora: LoraConfig | None = None) -> None:
+        from d3ray.model import ModelConfig, build_model
+
         self.config = config
         if config.device == "auto":
             self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         else:
             self.device = torch.device(config.device)
         self.dtype = torch.float64 if config.dtype == "float64" else torch.float32
-        self.model = build_causal_lm(model_config).to(device=self.device, dtype=self.dtype)
+        # Eager attention: double backward (Hutchinson) through SDPA fails on CPU. Eval mode: no dropout.
+        # With LoRA the same adapters as the trainers': influence then covers only their parameters.
+        model = build_model(dict(model_config), ModelConfig(attn_implementation="eager", lora=lora))
+        trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+        self.model = model.eval().to(device=self.device, dtype=self.dtype)
         for p in self.model.parameters():
             p.requires_grad_(False)
-        pattern = re.compile(config.param_filter) if config.param_filter else None
-        self.names = [n for n, _ in self.model.named_parameters() if pattern is None or pattern.search(n)]
+        self.names = parameter_names(trainable, config.param_filter)
         if not self.names:
             raise ValueError(f"param_filter {config.param_filter!r} matches no parameter of the model")
-        if config.estimator == "lookahead" and config.dtype == "float32" and config.gamma < 1e-2:
-            logger.warning(
-                "lookahead in float32 with gamma=%g: loss differences this small are dominated by rounding; "
-                "use gamma >= 1e-2 or dtype float64",
-                config.gamma,
-            )
+        if config.estimator.is_exact_lookahead and config.dtype == "float32" and config.gamma < 1e-2:
+            if config.preconditioner == "none":
+                logger.warning(
+                    "lookahead in float32 with gamma=%g: loss differences this small are dominated by "
+                    "rounding; use gamma >= 1e-2 or dtype float64",
+                    config.gamma,
+                )
         self.sketch = config.sketch.build()
         self._loaded_key: str | None = None
-        self._cv: ControlVariate | None = None
-        self.sketch_config_id = stable_seed(repr(config.sketch), config.param_filter)
+        self.optimizer: AdamWState | None = None
         logger.info(
-            "InfluenceWorker: %s, %d of %d parameter tensors (%d numbers), device %s, %s",
-            config.estimator,
+            "InfluenceWorker: %s, preconditioner %s, %d of %d parameter tensors (%d numbers), device %s, %s",
+            config.estimator.describe(),
+            config.preconditioner,
             len(self.names),
             len(list(self.model.parameters())),
             self.num_params,
@@ -130,28 +138,27 @@ class InfluenceWorker:
 
     # ---- weights -------------------------------------------------------------------------------
     def load_weights(self, weights: Sequence[Any] | Mapping[str, Any]) -> None:
-        """Copy a snapshot into the model (skipped when the same ObjectRef was loaded last).
+        """Copy a snapshot into the model (skipped when the same ObjectRefs were loaded last).
 
         Args:
             weights: name → array (numpy or torch, any float dtype: ZeRO-3 gathered bf16/fp16 is cast),
-                or a list of ObjectRefs to such dicts (merged; list-wrapped so Ray does not resolve it).
-                A leading ``module.`` is stripped; a tied weight (GPT-2's lm_head) may be absent.
+                or a list of parts (ObjectRefs, list-wrapped so Ray does not resolve them): weights
+                dicts (merged) and at most one :class:`~d3ray.influence.optimizer.AdamWState`, kept
+                as ``self.optimizer``. A leading ``module.`` is stripped; a tied weight (GPT-2's
+                lm_head) may be absent.
 
         Raises:
             ValueError: a model tensor is missing or has another shape, or the snapshot has unknown keys.
         """
-        if isinstance(weights, Mapping):
-            key, state = None, weights
-        else:
+        key = None
+        if not isinstance(weights, Mapping):
             refs = list(weights)
             # Only ObjectRefs name an immutable snapshot; anything else is loaded every time.
-            is_ref = all(type(r).__name__ == "ObjectRef" for r in refs)
-            key = ",".join(r.hex() for r in refs) if is_ref and refs else None
-            if key is not None and key == self._loaded_key:
-                return
-            state = {}
-            for part in refs:
-                state.update(_resolve(part))
+            if refs and all(type(r).__name__ == "ObjectRef" for r in refs):
+                key = ",".join(r.hex() for r in refs)
+                if key == self._loaded_key:
+                    return
+        state, self.optimizer = split_snapshot(weights)
         if state and all(k.startswith("module.") for k in state):
             state = {k[len("module.") :]: v for k, v in state.items()}
         own = self.model.state_dict(keep_vars=True)
@@ -182,7 +189,7 @@ class InfluenceWorker:
         self._loaded_key = key
 
     # ---- batches -------------------------------------------------------------------------------
-    def _objective(self, batch: Any, batch_id: int) -> CrossEntropyObjective:
+    def objective(self, batch: Any, batch_id: int) -> CrossEntropyObjective:
         """The loss of the sampled sequences of one batch: ndarray ids, (ids, labels) or {input_ids, labels}."""
         batch = _resolve(batch)
         if isinstance(batch, Mapping):
@@ -208,40 +215,20 @@ class InfluenceWorker:
         """(b, T−1, V) next-token logits; parameters not in ``params`` are the model's (frozen) ones."""
         return functional_call(self.model, params, (input_ids,)).logits[:, :-1]
 
-    def _leaves(self) -> Params:
+    def leaves(self) -> Params:
+        """name → a fresh leaf (requires_grad) of each parameter that takes part, at the loaded weights."""
         named = dict(self.model.named_parameters())
         return {n: named[n].detach().requires_grad_(True) for n in self.names}
 
-    def _generator(self, batch_id: int) -> torch.Generator:
+    def generator(self, batch_id: int) -> torch.Generator:
+        """The per-batch source of probes / sampled labels, fixed by (config.seed, batch id)."""
         gen = torch.Generator(device=self.device)
         gen.manual_seed(stable_seed("probes", self.config.seed, batch_id))
         return gen
 
-    def _statistics(self, objective: CrossEntropyObjective, batch_id: int) -> BatchStatistics:
-        cfg = self.config
-        return batch_statistics(
-            objective,
-            self._leaves(),
-            cfg.estimator,
-            self._generator(batch_id),
-            hutchinson_probes=cfg.hutchinson_probes,
-            gnb_samples=cfg.gnb_samples,
-            fisher_chunk=cfg.fisher_chunk,
-        )
-
-    @staticmethod
-    def _vectors(st: BatchStatistics) -> dict[str, dict[str, torch.Tensor]]:
-        """statistic → name → (1, *shape): g, q = g ⊙ g and h (when the estimator has one)."""
-        out = {"g": {n: t.unsqueeze(0) for n, t in st.grad.items()}}
-        if st.hdiag is not None:
-            out["q"] = {n: (t * t).unsqueeze(0) for n, t in st.grad.items()}
-            out["h"] = {n: t.unsqueeze(0) for n, t in st.hdiag.items()}
-        return out
-
-    def _control_variate(self, reference: Reference) -> ControlVariate:
-        if self._cv is None or self._cv.reference_id != reference.reference_id:
-            self._cv = ControlVariate(reference, self.sketch, self.device, self.dtype)
-        return self._cv
+    def _statistics(self, batches: Sequence[Any], batch_ids: Sequence[int], params: Params) -> Iterator[BatchStatistics]:
+        for batch, bid in zip(batches, batch_ids, strict=True):
+            yield self.config.estimator.statistics(self.objective(batch, bid), params, self.generator(bid))
 
     def sketch_batches(
         self,
@@ -251,7 +238,8 @@ class InfluenceWorker:
         reference: Reference | Sequence[Any] | None = None,
         return_means: bool = False,
     ) -> BatchSketches:
-        """Rows P g, P(g ⊙ g), P h of each batch (Taylor estimators: all but ``lookahead``).
+        """Rows P g, P(u ⊙ u), P h (and P u) of each batch (Taylor estimators): see
+        :func:`~d3ray.influence.chunk.sketch_chunk`.
 
         Args:
             weights: snapshot (see :meth:`load_weights`).
@@ -260,113 +248,25 @@ class InfluenceWorker:
                 be an ObjectRef.
             batch_ids: ids of the batches (seed the per-batch draws; key the rows when merging).
             reference: control-variate reference shared by all workers of the chunk (or a list holding
-                an ObjectRef to one). With ``config.control_variate`` and no reference, the mean of
-                this call's batches is used: right when one call covers the chunk; with several
-                workers pass a common reference, or the merge refuses the parts.
-            return_means: also return full-dimension means of g, q, h (for the next reference).
-
-        Returns:
-            BatchSketches with rows in ``batch_ids`` order; k' = k (+3 with the control variate).
+                an ObjectRef to one); None = this call's mean (right when one call covers the chunk).
+            return_means: also return full-dimension means (for the next chunk's reference).
         """
-        cfg = self.config
-        if cfg.estimator == "lookahead":
+        if self.config.estimator.is_exact_lookahead:
             raise ValueError("the lookahead estimator has no sketches; call lookahead_matrix")
         if len(batches) != len(batch_ids):
             raise ValueError(f"{len(batches)} batches but {len(batch_ids)} batch ids")
         start = time.perf_counter()
         self.load_weights(weights)
         t_load = time.perf_counter() - start
-        ref = (
-            None
-            if reference is None
-            else _resolve(reference[0] if isinstance(reference, Sequence) else reference)
+        ref = None if reference is None else _resolve(reference[0] if isinstance(reference, Sequence) else reference)
+        params = self.leaves()
+        out = sketch_chunk(
+            self._statistics(batches, batch_ids, params), batch_ids, params, self.config, self.sketch,
+            reference=ref, return_means=return_means, optimizer=self.optimizer,
         )
-        # Without a given reference the control variate needs this call's mean first: keep the stats.
-        deferred = cfg.control_variate and ref is None
-        cv = self._control_variate(ref) if cfg.control_variate and ref is not None else None
-        stats_sec = sketch_sec = 0.0
-        rows: dict[int, dict[str, torch.Tensor]] = {}
-        pending: dict[int, BatchStatistics] = {}
-        sums: dict[str, dict[str, torch.Tensor]] = {}
-        losses, excluded = [], []
-        for r, (batch, bid) in enumerate(zip(batches, batch_ids, strict=True)):
-            t0 = time.perf_counter()
-            st = self._statistics(self._objective(batch, bid), bid)
-            stats_sec += time.perf_counter() - t0
-            losses.append(st.loss)
-            if not st.finite:
-                excluded.append(bid)
-                logger.warning("influence: batch %s has a non-finite loss or gradient; excluded", bid)
-                continue
-            vecs = self._vectors(st)
-            if return_means or deferred:
-                for stat, named in vecs.items():
-                    acc = sums.setdefault(stat, {})
-                    for n, t in named.items():
-                        acc[n] = acc[n] + t[0] if n in acc else t[0].clone()
-            if deferred:
-                pending[r] = st
-                continue
-            t0 = time.perf_counter()
-            rows[r] = self._rows(vecs, cv)
-            sketch_sec += time.perf_counter() - t0
-        n_finite = len(batch_ids) - len(excluded)
-        means = None
-        if sums:
-            means = Reference(
-                vectors={s: {n: (t / n_finite).cpu().numpy() for n, t in v.items()} for s, v in sums.items()},
-                count=n_finite,
-            )
-        if pending:
-            t0 = time.perf_counter()
-            cv = self._control_variate(means)
-            for r, st in pending.items():
-                rows[r] = self._rows(self._vectors(st), cv)
-            sketch_sec += time.perf_counter() - t0
-        width = self.sketch.dim({n: p.numel() for n, p in self.model.named_parameters() if n in self.names})
-        width += EXTRA_COLUMNS if cfg.control_variate else 0
-        out_dtype = np.float64 if self.dtype == torch.float64 else np.float32
-        mats = {s: np.zeros((len(batch_ids), width), dtype=out_dtype) for s in ("g", "q", "h")}
-        for r, row in rows.items():
-            for stat, vec in row.items():
-                mats[stat][r] = vec.detach().cpu().numpy()
-        ref_id = cv.reference_id if cv is not None else "none"
-        total = time.perf_counter() - start
-        return BatchSketches(
-            batch_ids=list(batch_ids),
-            G=mats["g"],
-            Q=mats["q"],
-            H=mats["h"],
-            losses=np.asarray(losses, dtype=np.float64),
-            excluded=excluded,
-            timings={
-                "influence/load_sec": t_load,
-                "influence/stats_sec": stats_sec,
-                "influence/sketch_sec": sketch_sec,
-                "influence/total_sec": total,
-            },
-            estimator=cfg.estimator,
-            sketch_id=f"{self.sketch_config_id}:{ref_id}",
-            means=means if return_means else None,
-        )
-
-    def _rows(
-        self, vecs: dict[str, dict[str, torch.Tensor]], cv: ControlVariate | None
-    ) -> dict[str, torch.Tensor]:
-        """statistic → (k',) sketch row of one batch, with the control variate when one is given."""
-        stats = list(vecs)
-        # One projection of the stacked statistics: the rows/signs of each parameter are looked up once.
-        stacked = {
-            n: torch.cat([vecs[s][n] for s in stats]) for n in vecs["g"]
-        }  # name → (len(stats), *shape)
-        projected = self.sketch.project(stacked)  # (len(stats), k)
-        sketches = {s: projected[i : i + 1] for i, s in enumerate(stats)}  # stat → (1, k)
-        if self.config.control_variate:
-            if cv is not None:
-                sketches = cv.augment(vecs, sketches)
-            else:  # no usable reference: zero extra columns keep the width equal across workers
-                sketches = {s: torch.nn.functional.pad(t, (0, EXTRA_COLUMNS)) for s, t in sketches.items()}
-        return {stat: t[0] for stat, t in sketches.items()}
+        out.timings["influence/load_sec"] = t_load
+        out.timings["influence/total_sec"] = time.perf_counter() - start
+        return out
 
     def lookahead_matrix(
         self,
@@ -376,37 +276,17 @@ class InfluenceWorker:
         gamma: float | None = None,
         rows: Sequence[int] | None = None,
     ) -> LookaheadRows:
-        """Exact look-ahead rows I[i → j] = ℓ(B_j; θ − γ g_i) − ℓ(B_j; θ) (``lookahead`` estimator).
+        """Exact look-ahead rows I[i → j] = ℓ(B_j; θ + Δθ_i) − ℓ(B_j; θ) (``lookahead`` estimator).
 
         Every worker needs all L batches of the chunk (they are the columns); the rows i may be split
-        across workers with ``rows`` and merged with
-        :func:`~d3ray.influence.influence.influence_from_lookahead`.
-
-        Args:
-            weights: snapshot (see :meth:`load_weights`).
-            batches, batch_ids: all L batches of the chunk and their ids.
-            gamma: step γ (default ``config.gamma``); here γ changes the result, not only its scale.
-            rows: ids of the batches i to compute (default all).
+        across workers with ``rows`` and merged with ``config.estimator.merge``. See
+        :func:`~d3ray.influence.chunk.lookahead_rows`.
         """
         start = time.perf_counter()
         self.load_weights(weights)
-        gamma = self.config.gamma if gamma is None else gamma
-        row_ids = list(batch_ids) if rows is None else list(rows)
-        pos = {b: t for t, b in enumerate(batch_ids)}
-        objectives = [self._objective(b, bid) for b, bid in zip(batches, batch_ids, strict=True)]
-        A_rows, base, row_finite = lookahead_influence(
-            objectives, self._leaves(), gamma, [pos[b] for b in row_ids]
+        objectives = [self.objective(b, bid) for b, bid in zip(batches, batch_ids, strict=True)]
+        out = lookahead_rows(
+            objectives, batch_ids, self.leaves(), self.config, rows=rows, optimizer=self.optimizer, gamma=gamma
         )
-        losses = base.detach().cpu().numpy().astype(np.float64)
-        excluded = [b for b, loss in zip(batch_ids, losses, strict=True) if not np.isfinite(loss)]
-        excluded += [
-            b for b, ok in zip(row_ids, row_finite.tolist(), strict=True) if not ok and b not in excluded
-        ]
-        return LookaheadRows(
-            batch_ids=list(batch_ids),
-            row_ids=row_ids,
-            A_rows=A_rows.detach().cpu().numpy().astype(np.float64),
-            losses=losses,
-            excluded=excluded,
-            timings={"influence/total_sec": time.perf_counter() - start},
-        )
+        out.timings["influence/total_sec"] = time.perf_counter() - start
+        return out

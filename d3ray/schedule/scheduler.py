@@ -53,9 +53,12 @@ class Needs:
     """A snapshot of the trainers' weights (version ``chunk_id - staleness``) at submit."""
     feedback: bool = False
     """The per-sample training losses of every trained chunk, through ``observe``."""
+    optimizer_state: bool = False
+    """The AdamW state with every weights snapshot (optimizer-aware influence, ``preconditioner: adam``)."""
 
     def __or__(self, other: Needs) -> Needs:
-        return Needs(weights=self.weights or other.weights, feedback=self.feedback or other.feedback)
+        return Needs(weights=self.weights or other.weights, feedback=self.feedback or other.feedback,
+                     optimizer_state=self.optimizer_state or other.optimizer_state)
 
 
 @dataclass(frozen=True)

@@ -130,7 +130,7 @@ class ScoringWorker:
             self.model = AutoModelForCausalLM.from_pretrained(reference, local_files_only=True)
             self.version_key = ("reference", reference)
         else:
-            from d3ray.train.model import build_model
+            from d3ray.model import build_model
 
             self.model = build_model(model_config, model)
         self.model.eval()
@@ -257,7 +257,7 @@ class ScoringWorker:
 
                 ref = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
             else:
-                from d3ray.train.model import build_model
+                from d3ray.model import build_model
 
                 ref = build_model(self.model_config, self.model_cfg)
                 with np.load(path) as saved:

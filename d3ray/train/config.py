@@ -1,4 +1,4 @@
-"""Configs of the training stage: model architecture, optimisation, evaluation.
+"""Configs of the training stage: optimisation and evaluation (the model's is ``d3ray.model.ModelConfig``).
 
 The DeepSpeed dict and Ray's ``ScalingConfig`` are produced *from* these at the edge
 (``deepspeed_config.py``, ``run.py``); nothing below reads environment variables.
@@ -7,34 +7,6 @@ The DeepSpeed dict and Ray's ``ScalingConfig`` are produced *from* these at the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-from d3ray.train.lora import LoraConfig
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModelConfig:
-    """Which causal LM to train."""
-
-    preset: str = "gpt2-tiny"
-    """Architecture preset (see ``model.PRESETS``): gpt2-tiny, gpt2-small, gpt2-124m, llama-tiny, llama-1b."""
-    pretrained_path: str | None = None
-    """A local Hugging Face model directory to start from instead of random init (no hub downloads)."""
-    overrides: dict[str, int | float | str | bool] = field(default_factory=dict)
-    """Extra transformers config fields, e.g. ``{n_layer: 4}``; applied over the preset."""
-    lora: LoraConfig | None = None
-    """Low-rank adapters (peft) instead of full fine-tuning: only the adapters train, and every
-    process that rebuilds the model (influence and scoring actors, export) builds the same adapters."""
-    attn_implementation: str = "eager"
-    """Attention kernel for training: eager (works everywhere, needed for double backward on CPU),
-    sdpa, or flash_attention_2 on GPUs."""
-
-    def __post_init__(self) -> None:
-        from d3ray.train.model import PRESETS
-
-        if self.pretrained_path is None and self.preset not in PRESETS:
-            raise ValueError(f"model.preset={self.preset!r} is not one of {sorted(PRESETS)}")
-        if self.attn_implementation not in ("eager", "sdpa", "flash_attention_2"):
-            raise ValueError(f"model.attn_implementation={self.attn_implementation!r} is not eager/sdpa/flash_attention_2")
 
 
 @dataclass(frozen=True, kw_only=True)

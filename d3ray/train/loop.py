@@ -40,26 +40,25 @@ class WorkerSpec:
     """[ObjectRef of dict name → (n, T) int32], list-wrapped so Ray does not resolve it early."""
     tokenizer_dir: str
     publish_weights: bool
+    publish_optimizer_state: bool
+    """Ship the AdamW state with each weights snapshot (influence ``preconditioner: adam``)."""
     send_feedback: bool
     eval_tasks: list[Any]
     """[ObjectRef of the prepared lm-eval tasks] (``eval.tasks``), or []."""
 
 
-def publish_snapshot(engine, zero_stage: int, rank: int, coordinator, version: int) -> None:
-    """Put a float32 numpy state dict in the object store and hand its ref to the coordinator.
-
-    Under ZeRO-3 the 16-bit consolidation is a collective: every rank calls it, rank 0 gets it.
-    """
+def publish_snapshot(engine, zero_stage: int, rank: int, coordinator, version: int, optimizer_state: bool) -> None:
+    """Put a float32 numpy state dict (and the AdamW state if asked) in the object store and hand the
+    refs to the coordinator. Collectives under ZeRO (d3ray/train/snapshot.py): every rank calls."""
     import ray
 
-    if zero_stage == 3:
-        state = engine._zero3_consolidated_16bit_state_dict()
-    else:
-        state = engine.module.state_dict() if rank == 0 else None
+    from d3ray.train.snapshot import snapshot_optimizer_state, snapshot_weights
+
+    parts = [snapshot_weights(engine, zero_stage, rank)]
+    if optimizer_state:
+        parts.append(snapshot_optimizer_state(engine, zero_stage, rank))
     if rank == 0:
-        weights = {k: v.detach().float().cpu().numpy() for k, v in state.items()}
-        ref = ray.put(weights)
-        coordinator.publish_weights.remote(version, [ref])
+        coordinator.publish_weights.remote(version, [ray.put(p) for p in parts])
 
 
 def micro_weights(chunk, position: int, rows: slice, losses: np.ndarray | None) -> np.ndarray | None:
@@ -109,13 +108,13 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     from d3ray.data.labels import batch_width, lm_labels
     from d3ray.errors import UserError
     from d3ray.lm_loss import sequence_losses, step_loss
+    from d3ray.model import build_model
     from d3ray.run_files import route_logs_to_run_dir
     from d3ray.schedule.scheduler import ChunkFeedback
     from d3ray.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
     from d3ray.train.deepspeed_config import deepspeed_config, lr_factor
     from d3ray.train.evaluation import evaluate
     from d3ray.train.metrics import RunLogs, progress_line
-    from d3ray.train.model import build_model
 
     spec: WorkerSpec = config["spec"]
     cfg, tcfg = spec.cfg, spec.cfg.train
@@ -156,7 +155,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     last_eval: dict[str, float] = {}
 
     if spec.publish_weights:  # the weights the next chunk may be scored at (fresh start or resume)
-        publish_snapshot(engine, tcfg.zero_stage, rank, coordinator, version=state.next_chunk)
+        publish_snapshot(engine, tcfg.zero_stage, rank, coordinator, state.next_chunk, spec.publish_optimizer_state)
 
     def run_eval() -> dict[str, float]:
         if not eval_sets and not eval_tasks:
@@ -254,7 +253,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                     losses=chunk_losses[trained].reshape(-1)))
             state.next_chunk, state.position = chunk.chunk_id + 1, 0
             if spec.publish_weights and state.step < tcfg.steps:
-                publish_snapshot(engine, tcfg.zero_stage, rank, coordinator, version=state.next_chunk)
+                publish_snapshot(engine, tcfg.zero_stage, rank, coordinator, state.next_chunk, spec.publish_optimizer_state)
         finished = state.step >= tcfg.steps
         if finished:
             last_eval = run_eval()

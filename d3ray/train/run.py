@@ -41,11 +41,11 @@ def run_pretrain(cfg: RunConfig, callbacks: list[Any] | None = None) -> dict[str
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    from d3ray.model import model_config_dict
     from d3ray.schedule.coordinator import ScheduleCoordinator
     from d3ray.schedule.scheduler import BuildContext
     from d3ray.schedule.stream import build_chunk_stream
     from d3ray.train.loop import WorkerSpec, train_loop_per_worker
-    from d3ray.train.model import model_config_dict
 
     started = time.perf_counter()
     # Workers run in other directories: hand them an absolute run directory.
@@ -83,10 +83,11 @@ def run_pretrain(cfg: RunConfig, callbacks: list[Any] | None = None) -> dict[str
         ).remote(make_stream, scheduler, needs, schedule.prefetch_chunks, schedule.staleness, schedule.deadline_s,
                  str(run_dir))
         if needs.weights and not any(run_dir.glob("checkpoint_*")):
-            publish_initial_weights(cfg, model_config, coordinator)
+            publish_initial_weights(cfg, model_config, coordinator, needs.optimizer_state)
         spec = WorkerSpec(cfg=cfg, model_config=model_config, coordinator=coordinator, eval_sets=eval_ref,
                           tokenizer_dir=str(prepared.tokenizer_dir), publish_weights=needs.weights,
-                          send_feedback=needs.feedback, eval_tasks=[ray.put(eval_tasks)] if eval_tasks else [])
+                          publish_optimizer_state=needs.optimizer_state, send_feedback=needs.feedback,
+                          eval_tasks=[ray.put(eval_tasks)] if eval_tasks else [])
         resources_per_worker = {"CPU": cfg.train.cpus_per_worker, **cfg.train.resources_per_worker}
         if cfg.train.use_gpu:
             resources_per_worker["GPU"] = cfg.train.gpus_per_worker
@@ -155,18 +156,26 @@ def schedule_summary(run_dir: Path) -> dict[str, Any]:
     return out
 
 
-def publish_initial_weights(cfg: RunConfig, model_config: dict[str, Any], coordinator: Any) -> None:
+def publish_initial_weights(cfg: RunConfig, model_config: dict[str, Any], coordinator: Any,
+                            optimizer_state: bool = False) -> None:
     """Publish the initial weights (version 0) from the driver, so that chunk 0's influence overlaps
-    with the trainers' start-up. They equal the trainers' own: same seed, same construction."""
+    with the trainers' start-up. They equal the trainers' own: same seed, same construction; with
+    ``optimizer_state``, also the AdamW state before the first step (zeros, the first step's lr)."""
     import ray
     import torch
 
-    from d3ray.train.model import build_model
+    from d3ray.model import build_model
+    from d3ray.train.deepspeed_config import lr_factor
+    from d3ray.train.snapshot import initial_optimizer_state
 
     torch.manual_seed(cfg.seed)
     model = build_model(model_config, cfg.model)
-    weights = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
-    ray.get(coordinator.publish_weights.remote(0, [ray.put(weights)]))
+    parts: list[Any] = [{k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}]
+    if optimizer_state:
+        tcfg = cfg.train
+        parts.append(initial_optimizer_state(model, tcfg.lr * lr_factor(0, tcfg), tcfg.betas, tcfg.weight_decay,
+                                             tcfg.grad_clip))
+    ray.get(coordinator.publish_weights.remote(0, [ray.put(p) for p in parts]))
 
 
 def write_placement(run_dir: Path, coordinator: Any, scheduler: Any) -> None:

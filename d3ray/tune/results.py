@@ -30,7 +30,8 @@ logger = logging.getLogger(__name__)
 EXTRA_COLUMNS = ("final_loss", "tokens_per_sec", "wall_seconds")
 GAMMA_NOTE = (
     "gamma_changes_order: under the Taylor estimators (first_order, fisher, gnb, hutchinson) γ only "
-    "scales S by γ²/2, so it cannot change the order; only the lookahead estimator's order depends on γ."
+    "scales S by γ²/2, so it cannot change the order, and with preconditioner adam γ is unused; only the "
+    "lookahead estimator's order with the plain step depends on γ."
 )
 
 
@@ -54,8 +55,8 @@ class TrialRow:
 
 
 def gamma_changes_order(cfg: RunConfig) -> str:
-    """``yes`` (exact look-ahead), ``no`` (Taylor estimators: γ only scales S) or ``n/a`` (the scheduler
-    has no γ), as the scheduler's config declares it."""
+    """``yes`` (exact look-ahead with the plain step), ``no`` (Taylor estimators: γ only scales S; or the
+    AdamW step, where γ is unused) or ``n/a`` (the scheduler has no γ), as its config declares it."""
     return cfg.schedule.summary_fields().get("gamma_changes_order", "n/a")
 
 

@@ -80,7 +80,7 @@ def assert_only_adapters_trained(checkpoint: str, cfg: RunConfig) -> None:
     import torch
 
     from d3ray.export.load import load_model
-    from d3ray.train.model import build_model
+    from d3ray.model import build_model
 
     loaded = load_model(checkpoint)
     assert loaded.is_lora

@@ -7,6 +7,7 @@ import pytest
 import transformers
 
 from d3ray.influence.config import InfluenceConfig, SjltSketchConfig
+from d3ray.influence.estimators import HutchinsonConfig
 from d3ray.influence.influence import influence_from_lookahead, influence_from_sketches, mean_reference
 from d3ray.influence.worker import InfluenceWorker
 
@@ -14,13 +15,16 @@ pytestmark = pytest.mark.ray
 
 MODEL = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64, n_positions=16).to_dict()
 CONFIG = InfluenceConfig(
-    estimator="hutchinson",
+    estimator=HutchinsonConfig(),
     sketch=SjltSketchConfig(k=48, seed=5),
     control_variate=True,
     dtype="float64",
     device="cpu",
+    gamma=0.05,
+    preconditioner="none",
+    sample_fraction=1.0,
 )
-GAMMA = 0.05
+GAMMA = CONFIG.gamma
 
 
 def _batches(n: int, seed: int) -> list[np.ndarray]:
@@ -36,7 +40,7 @@ def test_influence_actors_split_chunk_match_one_local_worker(ray_cluster):
     reference = mean_reference([previous.means])
     chunk, ids = _batches(4, seed=2), [10, 11, 12, 13]
     expected_A, expected_S, _ = influence_from_sketches(
-        [local.sketch_batches(weights, chunk, ids, reference=reference)], ids, GAMMA
+        [local.sketch_batches(weights, chunk, ids, reference=reference)], ids
     )
 
     actors = [ray.remote(InfluenceWorker).options(num_cpus=0.5).remote(MODEL, CONFIG) for _ in range(2)]
@@ -52,7 +56,7 @@ def test_influence_actors_split_chunk_match_one_local_worker(ray_cluster):
             ),
         ]
     )
-    A, S, excluded = influence_from_sketches(parts, ids, GAMMA)
+    A, S, excluded = influence_from_sketches(parts, ids)
 
     assert excluded == []
     assert parts[0].sketch_id == parts[1].sketch_id

@@ -104,10 +104,9 @@ def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_
     from d3ray.data.evaluation import load_eval_sequences
     from d3ray.data.shards import list_shards
     from d3ray.data.tokenizer import load_tokenizer
+    from d3ray.model import ModelConfig, build_model, model_config_dict
     from d3ray.schedule.coordinator import ScheduleCoordinator
     from d3ray.schedule.stream import build_chunk_stream
-    from d3ray.train.config import ModelConfig
-    from d3ray.train.model import build_model, model_config_dict
 
     ray = ray_cluster
     cfg = load_config(RunConfig, None, [f"--schedule.type={name}", f"--schedule.L={L}", "--schedule.deadline_s=3600",

@@ -49,3 +49,36 @@ def test_config_round_trip_through_dict_is_identity():
 def test_apply_overrides_rejects_value_without_equals():
     with pytest.raises(ConfigError, match="key.path=value"):
         apply_overrides({}, ["--train.steps"])
+
+
+def test_load_config_plain_string_selects_a_choice_with_its_defaults(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("schedule:\n  type: d3\n  influence:\n    estimator: gnb\n")
+
+    from_file = load_config(RunConfig, path)
+    from_cli = load_config(RunConfig, None, ["--schedule.type=d3", "--schedule.influence.estimator=fisher"])
+
+    assert type(from_file.schedule.influence.estimator).__name__ == "GnbConfig"
+    assert from_file.schedule.influence.estimator.samples == 1
+    assert type(from_cli.schedule.influence.estimator).__name__ == "FisherConfig"
+
+
+def test_load_config_sub_key_override_after_plain_string_keeps_the_named_choice(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("schedule:\n  type: d3\n  influence:\n    estimator: hutchinson\n")
+
+    cfg = load_config(RunConfig, path, ["--schedule.influence.estimator.probes=4"])
+
+    assert cfg.schedule.influence.estimator.type_name == "hutchinson"
+    assert cfg.schedule.influence.estimator.probes == 4
+
+
+def test_load_config_plain_string_of_unknown_choice_lists_known():
+    with pytest.raises(ConfigError, match=r"estimator\.type.*known:.*fisher.*hutchinson"):
+        load_config(RunConfig, None, ["--schedule.type=d3", "--schedule.influence.estimator=hessian"])
+
+
+def test_load_config_choice_knob_of_another_choice_is_an_unknown_key():
+    with pytest.raises(ConfigError, match=r"unknown key 'schedule\.influence\.estimator\.probes'"):
+        load_config(RunConfig, None, ["--schedule.type=d3", "--schedule.influence.estimator=fisher",
+                                      "--schedule.influence.estimator.probes=2"])

@@ -5,13 +5,25 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from d3ray.influence.statistics import (
-    CrossEntropyObjective,
-    batch_statistics,
+from d3ray.influence.estimators import (
+    FirstOrderConfig,
+    HutchinsonConfig,
     fisher_diagonal,
-    gnb_diagonal,
-    hutchinson_diagonal,
+    gnb_samples,
+    hutchinson_samples,
 )
+from d3ray.influence.estimators.gnb import mean_of
+from d3ray.influence.statistics import CrossEntropyObjective
+
+
+def hutchinson_diagonal(loss_fn, params, probes, generator):
+    loss, g, draws = hutchinson_samples(loss_fn, params, probes, generator)
+    return loss, g, mean_of(draws)
+
+
+def gnb_diagonal(objective, params, samples, generator):
+    loss, g, draws = gnb_samples(objective, params, samples, generator)
+    return loss, g, mean_of(draws)
 
 
 def _quadratic(seed: int = 0, d: int = 12):
@@ -101,22 +113,34 @@ def test_fisher_diagonal_vmap_equals_per_example_loop():
     torch.testing.assert_close(h["W"], expected, rtol=1e-12, atol=1e-14)
 
 
-def test_batch_statistics_first_order_has_no_hessian_and_true_gradient():
+def test_first_order_statistics_have_no_hessian_and_true_gradient():
     objective, params, _ = _softmax_regression()
 
-    st = batch_statistics(objective, params, "first_order", torch.Generator())
+    st = FirstOrderConfig().statistics(objective, params, torch.Generator())
 
     (g,) = torch.autograd.grad(objective.loss(params), [params["W"]])
     assert st.hdiag is None and st.finite
     torch.testing.assert_close(st.grad["W"], g, rtol=0, atol=0)
 
 
-def test_batch_statistics_nothing_scored_is_not_finite():
+def test_hutchinson_statistics_nothing_scored_is_not_finite():
     objective, params, _ = _softmax_regression()
     empty = CrossEntropyObjective(
         objective.logits_fn, objective.inputs, torch.full_like(objective.labels, -100)
     )
 
-    st = batch_statistics(empty, params, "hutchinson", torch.Generator())
+    st = HutchinsonConfig().statistics(empty, params, torch.Generator())
 
     assert not st.finite and not np.isfinite(st.loss)
+
+
+def test_hutchinson_first_probes_of_a_longer_call_are_the_probes_of_a_shorter_call():
+    M, loss_fn = _quadratic()
+    theta = {"w": torch.zeros(12, dtype=torch.float64, requires_grad=True)}
+
+    _, _, four = hutchinson_samples(loss_fn, theta, 4, torch.Generator().manual_seed(7))
+    _, _, two = hutchinson_samples(loss_fn, theta, 2, torch.Generator().manual_seed(7))
+
+    for a, b in zip(two, four[:2], strict=True):
+        assert torch.equal(a["w"], b["w"])
+    assert not torch.equal(four[2]["w"], four[0]["w"])

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from d3ray.influence.config import InfluenceConfig, SjltSketchConfig
+from d3ray.influence.estimators import hutchinson_samples
 from d3ray.influence.influence import (
     BatchSketches,
     LookaheadRows,
@@ -15,7 +16,6 @@ from d3ray.influence.influence import (
     influence_matrices,
 )
 from d3ray.influence.sketch import IdentitySketch
-from d3ray.influence.statistics import hutchinson_diagonal
 
 # Three quadratic batch losses ℓ_i(θ) = ½ Σ_c D_i[c] (θ_c − c_i[c])² at θ = (1, 1): g_i = D_i ⊙ (θ − c_i)
 # and the Hessian is diag(D_i), which Hutchinson recovers exactly (z ⊙ D z = D since z² = 1).
@@ -44,7 +44,7 @@ def _quadratic_rows() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         theta = {"w": torch.tensor(THETA, dtype=torch.float64, requires_grad=True)}
         D_t, c_t = torch.tensor(D, dtype=torch.float64), torch.tensor(c, dtype=torch.float64)
         loss_fn = lambda p, D_t=D_t, c_t=c_t: 0.5 * (D_t * (p["w"] - c_t) ** 2).sum()  # noqa: E731
-        _, g, h = hutchinson_diagonal(loss_fn, theta, probes=1, generator=torch.Generator().manual_seed(0))
+        _, g, (h,) = hutchinson_samples(loss_fn, theta, probes=1, generator=torch.Generator().manual_seed(0))
         rows["g"].append(sketch.project({"w": g["w"][None]})[0])
         rows["q"].append(sketch.project({"w": (g["w"] ** 2)[None]})[0])
         rows["h"].append(sketch.project({"w": h["w"][None]})[0])
@@ -96,13 +96,14 @@ def test_influence_matrices_nonfinite_row_is_zero_row_and_column():
 def _parts() -> list[BatchSketches]:
     G, Q, H = _quadratic_rows()
     make = lambda rows, ids: BatchSketches(  # noqa: E731
-        batch_ids=ids, G=G[rows], Q=Q[rows], H=H[rows], losses=np.zeros(len(rows)), estimator="hutchinson"
+        batch_ids=ids, G=G[rows], Q=Q[rows], H=H[rows], losses=np.zeros(len(rows)), estimator="hutchinson",
+        step_size=GAMMA,
     )
     return [make([2, 0], [12, 10]), make([1], [11])]
 
 
 def test_influence_from_sketches_two_parts_match_single_matrix_in_given_order():
-    A, S, excluded = influence_from_sketches(_parts(), [10, 11, 12], GAMMA)
+    A, S, excluded = influence_from_sketches(_parts(), [10, 11, 12])
 
     np.testing.assert_allclose(A, A_BY_HAND, atol=1e-12)
     np.testing.assert_allclose(S, S_BY_HAND, atol=1e-12)
@@ -110,7 +111,7 @@ def test_influence_from_sketches_two_parts_match_single_matrix_in_given_order():
 
 
 def test_influence_from_sketches_reordered_ids_permute_s():
-    _, S, _ = influence_from_sketches(_parts(), [12, 10, 11], GAMMA)
+    _, S, _ = influence_from_sketches(_parts(), [12, 10, 11])
 
     perm = [2, 0, 1]
     np.testing.assert_allclose(S, S_BY_HAND[np.ix_(perm, perm)], atol=1e-12)
@@ -120,7 +121,7 @@ def test_influence_from_sketches_excluded_batch_is_reported_and_zeroed():
     parts = _parts()
     parts[1].excluded = [11]
 
-    A, S, excluded = influence_from_sketches(parts, [10, 11, 12], GAMMA)
+    A, S, excluded = influence_from_sketches(parts, [10, 11, 12])
 
     assert excluded == [11]
     assert np.all(S[1] == 0) and np.all(S[:, 1] == 0)
@@ -132,12 +133,12 @@ def test_influence_from_sketches_different_sketch_ids_raise():
     parts[1].sketch_id = "other-reference"
 
     with pytest.raises(ValueError, match="different sketches"):
-        influence_from_sketches(parts, [10, 11, 12], GAMMA)
+        influence_from_sketches(parts, [10, 11, 12])
 
 
 def test_influence_from_sketches_missing_batch_raises():
     with pytest.raises(ValueError, match="without sketches"):
-        influence_from_sketches(_parts(), [10, 11, 12, 13], GAMMA)
+        influence_from_sketches(_parts(), [10, 11, 12, 13])
 
 
 def test_influence_from_lookahead_row_blocks_assemble_a_and_s():
@@ -161,9 +162,9 @@ def test_influence_from_lookahead_row_blocks_assemble_a_and_s():
     "kwargs, field",
     [
         ({"estimator": "newton"}, "estimator"),
+        ({"preconditioner": "sgd"}, "preconditioner"),
         ({"gamma": 0.0}, "gamma"),
         ({"gamma": float("nan")}, "gamma"),
-        ({"hutchinson_probes": 0}, "hutchinson_probes"),
         ({"sample_fraction": 0.0}, "sample_fraction"),
         ({"sample_fraction": 1.5}, "sample_fraction"),
         ({"param_filter": "("}, "param_filter"),

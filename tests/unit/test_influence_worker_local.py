@@ -9,14 +9,23 @@ import pytest
 import torch
 import transformers
 
+from d3ray.influence import AdamWState
 from d3ray.influence.config import IdentitySketchConfig, InfluenceConfig, SjltSketchConfig
+from d3ray.influence.estimators import (
+    FirstOrderConfig,
+    FisherConfig,
+    GnbConfig,
+    HutchinsonConfig,
+    LookaheadConfig,
+)
 from d3ray.influence.influence import influence_from_lookahead, influence_from_sketches
 from d3ray.influence.worker import InfluenceWorker, sample_rows
 
 MODEL = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64, n_positions=16).to_dict()
 GAMMA = 0.05
 EXACT = InfluenceConfig(
-    estimator="fisher", sketch=IdentitySketchConfig(), control_variate=False, dtype="float64", device="cpu"
+    estimator=FisherConfig(), sketch=IdentitySketchConfig(), control_variate=False, dtype="float64", device="cpu",
+    gamma=GAMMA, preconditioner="none", sample_fraction=1.0,
 )
 
 
@@ -66,25 +75,29 @@ def test_worker_fisher_identity_matches_independent_transformers_computation():
     )
 
     parts = InfluenceWorker(MODEL, EXACT).sketch_batches([weights], batches, [0, 1, 2])
-    A, S, excluded = influence_from_sketches([parts], [0, 1, 2], GAMMA)
+    A, S, excluded = influence_from_sketches([parts], [0, 1, 2])
 
     np.testing.assert_allclose(A, A_expected, rtol=1e-9, atol=1e-15)
     np.testing.assert_allclose(S, A_expected.T - A_expected, rtol=1e-7, atol=1e-15)
     assert excluded == [] and np.any(S != 0)
 
 
-def test_worker_control_variate_with_identity_sketch_leaves_a_unchanged():
+@pytest.mark.parametrize("preconditioner", ["none", "adam"])
+def test_worker_control_variate_with_identity_sketch_leaves_a_unchanged(preconditioner):
     _, weights = _reference_model()
     batches = _batches()
-    plain = InfluenceWorker(MODEL, replace(EXACT, estimator="gnb")).sketch_batches(
-        weights, batches, [0, 1, 2]
+    config = replace(EXACT, estimator=GnbConfig(), preconditioner=preconditioner)
+    state = AdamWState(  # a state whose drift (momentum, decay) and preconditioner are far from trivial
+        lr=0.01, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, step=4, max_grad_norm=1.0,
+        exp_avg={k: np.full(v.shape, 0.01) for k, v in weights.items() if k != "lm_head.weight"},
+        exp_avg_sq={k: np.full(v.shape, 1e-4) for k, v in weights.items() if k != "lm_head.weight"},
     )
-    with_cv = InfluenceWorker(MODEL, replace(EXACT, estimator="gnb", control_variate=True)).sketch_batches(
-        weights, batches, [0, 1, 2]
-    )
+    snapshot = [weights, state]
+    plain = InfluenceWorker(MODEL, config).sketch_batches(snapshot, batches, [0, 1, 2])
+    with_cv = InfluenceWorker(MODEL, replace(config, control_variate=True)).sketch_batches(snapshot, batches, [0, 1, 2])
 
-    A_plain, S_plain, _ = influence_from_sketches([plain], [0, 1, 2], GAMMA)
-    A_cv, S_cv, _ = influence_from_sketches([with_cv], [0, 1, 2], GAMMA)
+    A_plain, S_plain, _ = influence_from_sketches([plain], [0, 1, 2])
+    A_cv, S_cv, _ = influence_from_sketches([with_cv], [0, 1, 2])
 
     assert with_cv.G.shape[1] == plain.G.shape[1] + 3
     np.testing.assert_allclose(A_cv, A_plain, rtol=1e-10, atol=1e-16)
@@ -95,7 +108,7 @@ def test_worker_bf16_state_without_lm_head_loads_like_rounded_float32():
     _, weights = _reference_model()
     bf16 = {k: torch.from_numpy(v).to(torch.bfloat16) for k, v in weights.items() if k != "lm_head.weight"}
     rounded = {k: v.float().numpy() for k, v in bf16.items()}
-    config = replace(EXACT, estimator="first_order", dtype="float32")
+    config = replace(EXACT, estimator=FirstOrderConfig(), dtype="float32")
 
     a = InfluenceWorker(MODEL, config).sketch_batches(bf16, _batches(), [0, 1, 2])
     b = InfluenceWorker(MODEL, config).sketch_batches(rounded, _batches(), [0, 1, 2])
@@ -108,7 +121,7 @@ def test_worker_bf16_state_without_lm_head_loads_like_rounded_float32():
 def test_worker_fp16_module_prefixed_state_loads():
     _, weights = _reference_model()
     fp16 = {f"module.{k}": v.astype(np.float16) for k, v in weights.items()}
-    worker = InfluenceWorker(MODEL, replace(EXACT, estimator="first_order"))
+    worker = InfluenceWorker(MODEL, replace(EXACT, estimator=FirstOrderConfig()))
 
     worker.load_weights(fp16)
 
@@ -133,11 +146,11 @@ def test_worker_batch_without_scored_tokens_is_excluded_and_others_unchanged():
     _, weights = _reference_model()
     batches = _batches()
     bad = (batches[1], np.full_like(batches[1], -100))
-    worker = InfluenceWorker(MODEL, replace(EXACT, estimator="hutchinson"))
+    worker = InfluenceWorker(MODEL, replace(EXACT, estimator=HutchinsonConfig()))
 
     clean = worker.sketch_batches(weights, batches, [0, 1, 2])
     mixed = worker.sketch_batches(weights, [batches[0], bad, batches[2]], [0, 1, 2])
-    A, S, excluded = influence_from_sketches([mixed], [0, 1, 2], GAMMA)
+    A, S, excluded = influence_from_sketches([mixed], [0, 1, 2])
 
     assert mixed.excluded == [1] and excluded == [1]
     assert np.all(mixed.H[1] == 0) and np.all(S[1] == 0) and np.all(S[:, 1] == 0)
@@ -149,7 +162,7 @@ def test_worker_rows_do_not_depend_on_how_the_chunk_is_split():
     _, weights = _reference_model()
     batches = _batches(n=4)
     config = replace(
-        EXACT, estimator="hutchinson", sketch=SjltSketchConfig(k=32, seed=3), control_variate=True
+        EXACT, estimator=HutchinsonConfig(), sketch=SjltSketchConfig(k=32, seed=3), control_variate=True
     )
     worker = InfluenceWorker(MODEL, config)
     reference = worker.sketch_batches(weights, _batches(n=2, seed=9), [100, 101], return_means=True).means
@@ -160,8 +173,8 @@ def test_worker_rows_do_not_depend_on_how_the_chunk_is_split():
         other.sketch_batches(weights, batches[2:], [2, 3], reference=reference),
         worker.sketch_batches(weights, batches[:2], [0, 1], reference=reference),
     ]
-    A_whole, S_whole, _ = influence_from_sketches([whole], [0, 1, 2, 3], GAMMA)
-    A_parts, S_parts, _ = influence_from_sketches(parts, [0, 1, 2, 3], GAMMA)
+    A_whole, S_whole, _ = influence_from_sketches([whole], [0, 1, 2, 3])
+    A_parts, S_parts, _ = influence_from_sketches(parts, [0, 1, 2, 3])
 
     np.testing.assert_allclose(A_parts, A_whole, rtol=1e-12, atol=1e-18)
     np.testing.assert_allclose(S_parts, S_whole, rtol=1e-12, atol=1e-18)
@@ -171,7 +184,7 @@ def test_worker_self_referenced_parts_refuse_to_merge():
     _, weights = _reference_model()
     batches = _batches(n=4)
     worker = InfluenceWorker(
-        MODEL, replace(EXACT, estimator="gnb", sketch=SjltSketchConfig(k=16), control_variate=True)
+        MODEL, replace(EXACT, estimator=GnbConfig(), sketch=SjltSketchConfig(k=16), control_variate=True)
     )
     parts = [
         worker.sketch_batches(weights, batches[:2], [0, 1]),
@@ -179,13 +192,13 @@ def test_worker_self_referenced_parts_refuse_to_merge():
     ]
 
     with pytest.raises(ValueError, match="different sketches"):
-        influence_from_sketches(parts, [0, 1, 2, 3], GAMMA)
+        influence_from_sketches(parts, [0, 1, 2, 3])
 
 
 def test_worker_param_filter_and_sample_fraction_restrict_the_statistics():
     model, weights = _reference_model()
     batches = _batches(b=4)
-    config = replace(EXACT, estimator="first_order", param_filter=r"h\.0\.mlp\.c_proj", sample_fraction=0.5)
+    config = replace(EXACT, estimator=FirstOrderConfig(), param_filter=r"h\.0\.mlp\.c_proj", sample_fraction=0.5)
 
     out = InfluenceWorker(MODEL, config).sketch_batches(weights, batches, [7, 8, 9])
 
@@ -205,7 +218,7 @@ def test_worker_param_filter_and_sample_fraction_restrict_the_statistics():
 def test_worker_lookahead_rows_match_a_manual_step_and_split_by_rows():
     model, weights = _reference_model()
     batches = _batches()
-    worker = InfluenceWorker(MODEL, replace(EXACT, estimator="lookahead"))
+    worker = InfluenceWorker(MODEL, replace(EXACT, estimator=LookaheadConfig()))
 
     full = worker.lookahead_matrix(weights, batches, [0, 1, 2], gamma=GAMMA)
     split = [
@@ -229,7 +242,7 @@ def test_worker_lookahead_rows_match_a_manual_step_and_split_by_rows():
 
 
 def test_worker_sketch_batches_rejects_lookahead_estimator():
-    worker = InfluenceWorker(MODEL, replace(EXACT, estimator="lookahead"))
+    worker = InfluenceWorker(MODEL, replace(EXACT, estimator=LookaheadConfig()))
 
     with pytest.raises(ValueError, match="lookahead_matrix"):
         worker.sketch_batches({}, _batches(), [0, 1, 2])

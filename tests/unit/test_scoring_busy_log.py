@@ -7,9 +7,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from d3ray.model import ModelConfig, model_config_dict
 from d3ray.schedule.scoring import ScoringWorker
-from d3ray.train.config import ModelConfig
-from d3ray.train.model import model_config_dict
 
 
 def test_scoring_worker_logs_busy_seconds_per_call(tmp_path):

@@ -183,9 +183,8 @@ def test_target_sets_take_sft_sets_in_their_own_form() -> None:
 # ---- the scorers on a tiny model ----------------------------------------------------------------
 @pytest.fixture(scope="module")
 def worker_and_state():
+    from d3ray.model import ModelConfig, build_model, model_config_dict
     from d3ray.schedule.scoring import ScoringWorker
-    from d3ray.train.config import ModelConfig
-    from d3ray.train.model import build_model, model_config_dict
 
     model_cfg = ModelConfig()
     model_config = model_config_dict(model_cfg, V, T, 0)

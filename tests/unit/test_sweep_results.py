@@ -72,15 +72,21 @@ def test_format_table_gamma_column_and_note_when_gamma_varies():
         trial_row(
             "b",
             {"schedule.influence.gamma": 0.1},
-            cfg(*d3, "--schedule.influence.gamma=0.1", "--schedule.influence.estimator=lookahead"),
+            cfg(*d3, "--schedule.influence.gamma=0.1", "--schedule.influence.estimator=lookahead",
+                "--schedule.influence.preconditioner=none"),
             {"step": 8, METRIC: 6.1},
             None,
             METRIC,
         ),
+        trial_row(  # the AdamW step does not use γ, even for the exact look-ahead
+            "c", {"schedule.influence.gamma": 0.2}, cfg(*d3, "--schedule.influence.gamma=0.2", "--schedule.influence.estimator=lookahead"),
+            {"step": 8, METRIC: 6.2}, None, METRIC,
+        ),
     ]
     text = format_table(gamma_rows, ["schedule.influence.gamma"], METRIC)
-    header, first, second = text.splitlines()[:3]
+    header, first, second, third = text.splitlines()[:4]
     assert "gamma_changes_order" in header and first.split()[-1] == "no" and second.split()[-1] == "yes"
+    assert third.split()[-1] == "no"
     assert "only scales S" in text.splitlines()[-1]
 
 

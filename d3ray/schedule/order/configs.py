@@ -54,7 +54,7 @@ class D3ScheduleConfig(ScheduleConfig):
             raise ValueError(f"schedule.influence_actors={self.influence_actors} must be >= 1")
 
     def needs(self) -> Needs:
-        return Needs(weights=True)
+        return Needs(weights=True, optimizer_state=self.influence.needs_optimizer_state)
 
     def actor_requests(self) -> list[ActorRequest]:
         influence = {"CPU": self.influence_num_cpus, "GPU": self.influence_num_gpus, **self.influence_resources}
@@ -63,8 +63,7 @@ class D3ScheduleConfig(ScheduleConfig):
                 ActorRequest("solver", self.solver_pool.num_actors, solver)]
 
     def summary_fields(self) -> dict[str, str]:
-        exact = self.influence.estimator == "lookahead"
-        return {"gamma_changes_order": "yes" if exact else "no"}
+        return {"gamma_changes_order": "yes" if self.influence.gamma_changes_order else "no"}
 
     def build(self, ctx: BuildContext):
         from d3ray.schedule.order.d3 import D3Scheduler

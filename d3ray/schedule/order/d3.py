@@ -29,7 +29,9 @@ import numpy as np
 from d3ray import faults
 from d3ray.data.labels import lm_labels
 from d3ray.influence.config import InfluenceConfig
+from d3ray.influence.estimators import EstimatorConfig
 from d3ray.influence.worker import InfluenceWorker
+from d3ray.lora import LoraConfig
 from d3ray.run_files import route_logs_to_run_dir
 from d3ray.schedule.chunker import Chunk
 from d3ray.schedule.order.configs import D3ScheduleConfig
@@ -51,13 +53,13 @@ class ChunkInfluenceWorker(InfluenceWorker):
     """An InfluenceWorker that reads the chunk's ``GlobalBatch`` objects by reference."""
 
     def __init__(self, model_config: dict[str, Any], config: InfluenceConfig, run_dir: str | None,
-                 index: int, nice: int = 0) -> None:
+                 index: int, nice: int = 0, lora: LoraConfig | None = None) -> None:
         current = os.nice(0)
         if nice > current:  # background priority: yield the cores to the trainers (D3ScheduleConfig.influence_nice)
             os.nice(nice - current)
         if run_dir is not None:
             route_logs_to_run_dir(run_dir, f"influence-{index}")
-        super().__init__(model_config, config)
+        super().__init__(model_config, config, lora)
         self.run_dir = run_dir
         self.plan = faults.load_plan(run_dir) if index == 0 else faults.FaultPlan()
 
@@ -122,7 +124,7 @@ class DrillSolverWorker(SolverWorker):
         return super().solve(key, S, init, seed)
 
 
-def assemble_influence(estimator: str, gamma: float, batch_ids: list[int], *parts: Any):
+def assemble_influence(estimator: EstimatorConfig, batch_ids: list[int], *parts: Any):
     """Merge the workers' parts into S (L, L); also the info for the log and the next reference.
 
     Returns ``(S or None, info, reference)``: a merge that fails gives ``S = None`` and
@@ -130,16 +132,12 @@ def assemble_influence(estimator: str, gamma: float, batch_ids: list[int], *part
     so one bad chunk does not poison the next.
     """
     from d3ray.influence.control_variate import mean_reference
-    from d3ray.influence.influence import influence_from_lookahead, influence_from_sketches
 
     means = [p.means for p in parts if getattr(p, "means", None) is not None]
     reference = mean_reference(means) if means else None
     info: dict[str, Any] = {"influence_sec": max(p.timings.get("influence/total_sec", 0.0) for p in parts)}
     try:
-        if estimator == "lookahead":
-            _, S, excluded = influence_from_lookahead(parts, batch_ids)
-        else:
-            _, S, excluded = influence_from_sketches(parts, batch_ids, gamma)
+        _, S, excluded = estimator.merge(parts, batch_ids)
     except ValueError as err:
         return None, {**info, "error": f"influence merge failed: {err}"}, reference
     info["excluded_batches"] = [int(b) for b in excluded]
@@ -167,7 +165,7 @@ class D3Scheduler(SchedulerBase):
         remote = ray.remote(ChunkInfluenceWorker)
         self.influence_actors = [
             remote.options(name=f"d3ray:{ctx.run_name}:influence:{i}", get_if_exists=False, **opts)
-            .remote(ctx.model_config, cfg.influence, ctx.run_dir, i, cfg.influence_nice)
+            .remote(ctx.model_config, cfg.influence, ctx.run_dir, i, cfg.influence_nice, ctx.model.lora)
             for i in range(cfg.influence_actors)
         ]
         drill = faults.load_plan(ctx.run_dir).solver_exit_at_chunk
@@ -180,7 +178,7 @@ class D3Scheduler(SchedulerBase):
         self._reference: list | None = None
         # Only a pool of several influence workers needs a shared control-variate reference.
         self._keeps_reference = (len(self.influence_actors) > 1 and cfg.influence.control_variate
-                                 and cfg.influence.estimator != "lookahead")
+                                 and not cfg.influence.estimator.is_exact_lookahead)
 
     def submit(self, chunk: Chunk, batch_refs: tuple, context: SubmitContext) -> PendingDecision:
         n = chunk.size
@@ -193,7 +191,7 @@ class D3Scheduler(SchedulerBase):
         actors = self.influence_actors
         weights = context.weights
         started = time.perf_counter()
-        if self.cfg.influence.estimator == "lookahead":
+        if self.cfg.influence.estimator.is_exact_lookahead:
             parts = [a.lookahead_chunk.remote(chunk.chunk_id, weights, refs, ids, ids[k::len(actors)])
                      for k, a in enumerate(actors) if ids[k::len(actors)]]
         else:  # several workers share a chunk only once a common reference (the last chunk's) exists
@@ -203,7 +201,7 @@ class D3Scheduler(SchedulerBase):
                                                    self._reference if shared else None, self._keeps_reference)
                      for k, part in enumerate(splits) if len(part)]
         S_ref, info_ref, next_reference = self._assemble.options(num_returns=3).remote(
-            self.cfg.influence.estimator, self.cfg.influence.gamma, ids, *parts)
+            self.cfg.influence.estimator, ids, *parts)
         if self._keeps_reference:
             self._reference = [next_reference]  # the next chunk's reference: this chunk's mean directions
         solve_ref = self.solver_pool.submit(chunk.chunk_id, S_ref, seed=self.seed * 1_000_003 + chunk.chunk_id)
@@ -251,7 +249,7 @@ class D3Pending:
         import ray
         from ray.exceptions import GetTimeoutError, RayError
 
-        base = {"scheduler": "d3", "estimator": self.cfg.influence.estimator,
+        base = {"scheduler": "d3", "estimator": self.cfg.influence.estimator.describe(),
                 "solver": self.cfg.solver.type_name, "staleness": self.cfg.staleness}
         S = None
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
