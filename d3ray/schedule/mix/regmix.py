@@ -83,7 +83,7 @@ class LightGbmRegressor:
     def fit(self, x: np.ndarray, y: np.ndarray) -> LightGbmRegressor:
         import lightgbm
 
-        self._model = lightgbm.LGBMRegressor(n_estimators=1000, learning_rate=0.01, num_leaves=15,
+        self._model = lightgbm.LGBMRegressor(n_estimators=300, learning_rate=0.03, num_leaves=15, n_jobs=1,
                                              min_child_samples=max(2, min(20, len(y) // 10)), subsample=1.0,
                                              random_state=self.seed, verbose=-1)
         self._model.fit(np.asarray(x), np.asarray(y))
