@@ -30,19 +30,22 @@ def assert_exactly_once_in_logged_order(run_dir: Path, chunks: list, steps: int,
     return schedule
 
 
-def produce_chunks(cfg: RunConfig, steps: int) -> list[list[tuple[str, ...]]]:
+def produce_chunks(cfg: RunConfig, steps: int, mixtures: dict[int, dict[str, float]] | None = None
+                   ) -> list[list[tuple[str, ...]]]:
     """The sample ids of the chunks (candidate windows) the coordinator produces for ``cfg`` (enough
-    for ``steps``), read independently of any run through the same stream builder (needs Ray)."""
+    for ``steps``), read independently of any run through the same stream builder (needs Ray); a mixer's
+    chunks are drawn with ``mixtures`` (chunk id → mixture, e.g. from the run's schedule log)."""
     from d3ray.data.shards import list_shards
     from d3ray.schedule.stream import build_chunk_stream
 
     stream = build_chunk_stream(list_shards(cfg.data.train_paths), cfg.data, cfg.data.tokenizer.path,
                                 cfg.train.global_batch_size, cfg.schedule.window_batches(), cfg.schedule.shuffle_buffer,
-                                cfg.seed)
+                                cfg.seed, mixture_for_chunk=None if mixtures is None else mixtures.__getitem__)
     chunks: list[list[tuple[str, ...]]] = []
     for chunk in stream:
         chunks.append([b.sample_ids for b in chunk.batches])
         if len(chunks) * cfg.schedule.L >= steps:
+            stream.close()
             return chunks
     return chunks
 

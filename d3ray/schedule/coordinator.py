@@ -18,6 +18,11 @@ skips forward only from there. A checkpoint carries ``checkpoint_state``: the de
 chunk, the scheduler's state after the feedback of every trained chunk and the data cursor of the
 next chunk, so that a resumed run (even with a new coordinator) decides exactly as an uninterrupted
 one and starts reading where it stopped.
+
+A mixer (``needs.mixture``) decides the stream itself: the coordinator builds the stream with
+``make_stream(cursor=..., mixture_for_chunk=...)``, and before chunk c is drawn the callback makes the
+scheduler observe the feedback of every chunk < c − staleness (the rule ``submit`` follows) and returns
+``scheduler.mixture(c)``; the chunk's mixture travels with it (``DecidedChunk.mixture``, schedule log).
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ class DecidedChunk:
         skipped: reason → sample ids of the chunk that do not train.
         decision: the scheduler's decision (``record`` and ``order`` go to the schedule log).
         weights_version: chunks trained before the weights the scheduler used (None if unused).
+        mixture: the domain weights the chunk was drawn with (mixers), None for a plain stream.
     """
 
     chunk_id: int
@@ -71,6 +77,7 @@ class DecidedChunk:
     skipped: dict[str, tuple[str, ...]]
     decision: ChunkDecision
     weights_version: int | None = None
+    mixture: dict[str, float] | None = None
 
     @property
     def steps(self) -> int:
@@ -103,7 +110,8 @@ class ScheduleCoordinator:
 
     Args:
         make_stream: ``make_stream(cursor=...)`` gives a fresh, deterministic :class:`ChunkStream` that
-            starts at ``cursor`` (a ``Chunk.cursor``), or at chunk 0 when it is None.
+            starts at ``cursor`` (a ``Chunk.cursor``), or at chunk 0 when it is None; for a mixer
+            (``needs.mixture``) it is called with ``mixture_for_chunk=`` too (the stream draws by domain).
         scheduler: decides each chunk.
         needs: what the scheduler needs (its config's ``needs()``).
         prefetch_chunks: chunks produced ahead of the highest requested chunk id.
@@ -114,7 +122,7 @@ class ScheduleCoordinator:
 
     def __init__(
         self,
-        make_stream: Callable[[dict[str, Any] | None], ChunkStream],
+        make_stream: Callable[..., ChunkStream],
         scheduler: Scheduler,
         needs: Needs,
         prefetch_chunks: int = 2,
@@ -317,7 +325,8 @@ class ScheduleCoordinator:
             weights = tuple(tuple(decision.sample_weights[i]) for i in decision.order)
         return DecidedChunk(chunk_id=cid, epoch=chunk.epoch, batch_refs=batch_refs, sample_ids=ids,
                             domains=domains, sample_weights=weights, loss_weighting=decision.loss_weighting,
-                            skipped=skipped, decision=decision, weights_version=slot.weights_version)
+                            skipped=skipped, decision=decision, weights_version=slot.weights_version,
+                            mixture=chunk.mixture)
 
     def _observe_through(self, chunk_id: int) -> None:
         """Feed the scheduler the feedback of every chunk <= ``chunk_id``, in chunk order (waits for it).
@@ -342,7 +351,23 @@ class ScheduleCoordinator:
                     self._observed_through = nxt
                     self._cond.notify_all()
 
+    def _mixture_for_chunk(self, chunk_id: int) -> dict[str, float]:
+        """The mixture chunk ``chunk_id`` is drawn with (the stream calls it just before drawing it):
+        the scheduler first observes the feedback of every chunk < chunk_id − staleness, as for ``submit``."""
+        if self._needs.feedback:
+            self._observe_through(chunk_id - self._staleness - 1)
+        with self._observe_lock:
+            mixture = self._scheduler.mixture(chunk_id)
+        if mixture is None:
+            raise RuntimeError(f"the scheduler declares needs.mixture but mixture({chunk_id}) returned None")
+        return mixture
+
     # ---- producer -------------------------------------------------------------------------
+    def _new_stream(self, cursor: dict[str, Any] | None) -> ChunkStream:
+        if self._needs.mixture:
+            return self._make_stream(cursor=cursor, mixture_for_chunk=self._mixture_for_chunk)
+        return self._make_stream(cursor=cursor)
+
     def _produce_forever(self) -> None:
         try:
             while True:
@@ -375,7 +400,7 @@ class ScheduleCoordinator:
             self.state.restarts_from_cursor += 1
         if self._stream is not None:
             self._stream.close()
-        self._stream = self._make_stream(cursor=cursor)
+        self._stream = self._new_stream(cursor)
         self._iter = iter(self._stream)
         self.state.stream_restarts += 1
         next_id = start or 0
@@ -390,7 +415,7 @@ class ScheduleCoordinator:
         import ray
 
         if self._iter is None:
-            self._stream = self._make_stream(cursor=None)
+            self._stream = self._new_stream(None)
             self._iter = iter(self._stream)
         chunk = next(self._iter)
         assert chunk.chunk_id == self._next_id, (chunk.chunk_id, self._next_id)

@@ -11,6 +11,7 @@ works in two phases so that model work (influence, scoring) runs one chunk ahead
         ▼
     Scheduler ── submit(chunk, refs, SubmitContext) → PendingDecision ─► ChunkDecision
              ── observe(ChunkFeedback)     per-sample losses of each trained chunk, in chunk order
+             ── mixture(chunk_id)          mixers: the domain weights chunk ``chunk_id`` is drawn with
              ── state_dict() / load_state_dict()   a resumed run makes the same decisions
              ── actors()   the Ray actors it started (placement.json);  close()
 
@@ -18,7 +19,9 @@ Nothing outside a scheduler probes its internals: what it needs (a weights snaps
 feedback) and what it starts are declared by its config. Decisions must be a pure function of the
 chunk, the seed, the weights snapshot of version ``chunk_id - staleness`` and the feedback of the
 chunks before ``chunk_id - staleness``: ``submit`` never changes what later decisions depend on;
-only ``observe`` does (ARCHITECTURE.md section 3, deterministic).
+only ``observe`` does (ARCHITECTURE.md section 3, deterministic). The same holds for
+``mixture(chunk_id)`` (mixers, ``needs.mixture``): the coordinator asks for it just before the stream
+draws the chunk, after the scheduler observed the feedback of every chunk before ``chunk_id - staleness``.
 """
 
 from __future__ import annotations
@@ -55,10 +58,14 @@ class Needs:
     """The per-sample training losses of every trained chunk, through ``observe``."""
     optimizer_state: bool = False
     """The AdamW state with every weights snapshot (optimizer-aware influence, ``preconditioner: adam``)."""
+    mixture: bool = False
+    """The scheduler decides the domain mixture of each chunk (``mixture(chunk_id)``): the stream draws
+    every chunk by domain (d3ray/data/README.md, "mixed")."""
 
     def __or__(self, other: Needs) -> Needs:
         return Needs(weights=self.weights or other.weights, feedback=self.feedback or other.feedback,
-                     optimizer_state=self.optimizer_state or other.optimizer_state)
+                     optimizer_state=self.optimizer_state or other.optimizer_state,
+                     mixture=self.mixture or other.mixture)
 
 
 @dataclass(frozen=True)
@@ -184,6 +191,9 @@ class BuildContext:
     tokenizer_dir: str | None = None
     eval_sets: list | None = None
     """``[ObjectRef]`` of the run's held-out sets (name → (n, T) int32), e.g. a selector's target."""
+    domains: list[str] | None = None
+    """Mixers: the domains they mix over (the corpus' domains, or ``schedule.domains``), resolved and
+    checked by the driver before Ray starts (``d3ray.schedule.mix.domains``)."""
 
 
 class PendingDecision(Protocol):
@@ -196,6 +206,10 @@ class Scheduler(Protocol):
     def submit(self, chunk: Chunk, batch_refs: tuple, context: SubmitContext) -> PendingDecision: ...
 
     def observe(self, feedback: ChunkFeedback) -> None: ...
+
+    def mixture(self, chunk_id: int) -> dict[str, float] | None:
+        """The domain weights chunk ``chunk_id`` is drawn with (mixers); None: not a mixer."""
+        ...
 
     def state_dict(self) -> dict[str, Any]: ...
 
@@ -220,6 +234,9 @@ class SchedulerBase:
     """Defaults of the protocol for schedulers without feedback, state or actors; override what applies."""
 
     def observe(self, feedback: ChunkFeedback) -> None:
+        return None
+
+    def mixture(self, chunk_id: int) -> dict[str, float] | None:
         return None
 
     def state_dict(self) -> dict[str, Any]:

@@ -51,6 +51,9 @@ class StagedScheduler:
         self.head.observe(feedback)
         self.order.observe(feedback)
 
+    def mixture(self, chunk_id: int) -> dict[str, float] | None:
+        return None  # a selector or weighter does not mix (d3ray/schedule/README.md, combinations)
+
     def state_dict(self) -> dict[str, Any]:
         return {"head": self.head.state_dict(), "order": self.order.state_dict()}
 

@@ -114,7 +114,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     from d3ray.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
     from d3ray.train.deepspeed_config import deepspeed_config, lr_factor
     from d3ray.train.evaluation import evaluate
-    from d3ray.train.metrics import RunLogs, progress_line
+    from d3ray.train.metrics import RunLogs, chunk_domain_metrics, progress_line
 
     spec: WorkerSpec = config["spec"]
     cfg, tcfg = spec.cfg, spec.cfg.train
@@ -243,6 +243,11 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             if state.step >= tcfg.steps:
                 break
         chunk_done = state.position >= chunk.steps
+        if chunk_done and logs is not None:
+            # Per-domain training loss (and the mixer's weights) of the chunk: one metrics row per chunk.
+            logs.log_metrics({"step": state.step, "chunk_id": chunk.chunk_id,
+                              **chunk_domain_metrics([d for ds in chunk.domains for d in ds], chunk_losses,
+                                                     chunk.mixture)})
         if chunk_done:
             if rank == 0 and spec.send_feedback:
                 trained = ~np.isnan(chunk_losses[:, 0])

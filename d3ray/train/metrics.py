@@ -2,6 +2,8 @@
 
     <run_dir>/metrics.jsonl   one row per step (and per eval), keys ``stage/name_unit``
     <run_dir>/metrics.csv     the per-step rows as CSV, for spreadsheets and pandas
+    <run_dir>/domains.csv     per trained chunk and domain: its mixture weight (mixers), samples, mean
+                              training loss (the ``mix/<domain>``, ``train/loss/<domain>`` rows), long format
     <run_dir>/tb/             TensorBoard scalars
     <run_dir>/samples.jsonl   per step: chunk id, position, the global batch's sample ids
     <run_dir>/schedule_log.jsonl  per chunk: order, scheduler record, trainer wait, fallback
@@ -27,6 +29,37 @@ logger = logging.getLogger(__name__)
 
 STEP_FIELDS = ["step", "chunk_id", "train/loss", "train/lr", "train/grad_norm", "data/tokens",
                "data/tokens_per_sec", "time/step_sec", "time/wait_sec"]
+DOMAIN_FIELDS = ["step", "chunk_id", "domain", "mix", "samples", "train_loss"]
+
+
+def domain_rows(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The long-format ``domains.csv`` rows of one per-chunk metrics row (``mix/<d>``, ``train/loss/<d>``,
+    ``data/samples/<d>``); [] for any other row."""
+    domains = sorted({k.split("/", 2)[-1] for k in row if k.startswith(("mix/", "train/loss/", "data/samples/"))})
+    return [{"step": row.get("step"), "chunk_id": row.get("chunk_id"), "domain": d, "mix": row.get(f"mix/{d}"),
+             "samples": row.get(f"data/samples/{d}"), "train_loss": row.get(f"train/loss/{d}")} for d in domains]
+
+
+def chunk_domain_metrics(domains: Any, losses: np.ndarray, mixture: dict[str, float] | None) -> dict[str, float]:
+    """Per-domain figures of one trained chunk: ``train/loss/<d>`` (mean per-sample loss), ``data/samples/<d>``
+    and, when the chunk was drawn by a mixer, ``mix/<d>`` (its weight, 0 included).
+
+    Args:
+        domains: the domain of each trained sample (flat).
+        losses: (n,) the samples' training losses, in the same order (NaN: not trained).
+        mixture: the chunk's mixture, or None.
+    """
+    out: dict[str, float] = {}
+    flat = np.asarray(losses, dtype=np.float64).reshape(-1)
+    labels = np.asarray(list(domains), dtype=object).reshape(-1)
+    for d in sorted(set(labels.tolist()) | set(mixture or {})):
+        mine = flat[(labels == d) & np.isfinite(flat)]
+        out[f"data/samples/{d}"] = int(len(mine))
+        if len(mine):
+            out[f"train/loss/{d}"] = float(mine.mean())
+    for d, w in (mixture or {}).items():
+        out[f"mix/{d}"] = float(w)
+    return out
 
 
 def rollback_jsonl(path: Path, keep: Any) -> None:
@@ -58,6 +91,7 @@ class RunLogs:
         self.samples_path = self.run_dir / "samples.jsonl"
         self.schedule_path = self.run_dir / "schedule_log.jsonl"
         self.csv_path = self.run_dir / "metrics.csv"
+        self.domains_csv_path = self.run_dir / "domains.csv"
         rollback_jsonl(self.metrics_path, lambda r: r.get("step", 0) <= resume_step)
         rollback_jsonl(self.samples_path, lambda r: r["step"] <= resume_step)
         rollback_jsonl(self.schedule_path, lambda r: r["chunk_id"] < resume_chunk)
@@ -70,11 +104,15 @@ class RunLogs:
             self._tb = SummaryWriter(str(self.run_dir / "tb"), purge_step=resume_step + 1)
 
     def _rewrite_csv(self) -> None:
-        rows = [r for r in read_jsonl(self.metrics_path) if "train/loss" in r]
+        rows = read_jsonl(self.metrics_path)
         with open(self.csv_path, "w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=STEP_FIELDS, extrasaction="ignore")
             writer.writeheader()
-            writer.writerows(rows)
+            writer.writerows(r for r in rows if "train/loss" in r)
+        with open(self.domains_csv_path, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=DOMAIN_FIELDS)
+            writer.writeheader()
+            writer.writerows(d for r in rows for d in domain_rows(r))
 
     def log_metrics(self, row: dict[str, Any]) -> None:
         row = {k: _finite(v) for k, v in row.items()}
@@ -83,6 +121,10 @@ class RunLogs:
         if "train/loss" in row:
             with open(self.csv_path, "a", newline="") as fh:
                 csv.DictWriter(fh, fieldnames=STEP_FIELDS, extrasaction="ignore").writerow(row)
+        per_domain = domain_rows(row)
+        if per_domain:
+            with open(self.domains_csv_path, "a", newline="") as fh:
+                csv.DictWriter(fh, fieldnames=DOMAIN_FIELDS).writerows(per_domain)
         if self._tb is not None:
             for key, value in row.items():
                 if key != "step" and isinstance(value, (int, float)) and value is not None:
@@ -106,7 +148,8 @@ class RunLogs:
         self.log_schedule({"chunk_id": chunk.chunk_id, "epoch": chunk.epoch, "order": list(decision.order),
                            "fallback": decision.fallback, "trainer_wait_sec": wait_s,
                            "weights_version": chunk.weights_version, "trained_samples": sum(map(len, chunk.sample_ids)),
-                           "skipped": skipped, **decision.record})
+                           "skipped": skipped, **decision.record,
+                           **({"mixture": dict(chunk.mixture)} if getattr(chunk, "mixture", None) else {})})
         if decision.matrix is not None:
             (self.run_dir / "influence").mkdir(exist_ok=True)
             np.save(self.run_dir / "influence" / f"S_{chunk.chunk_id:06d}.npy", decision.matrix)

@@ -62,17 +62,29 @@ def run_pretrain(cfg: RunConfig, callbacks: list[Any] | None = None) -> dict[str
     model_config = model_config_dict(cfg.model, prepared.vocab_size, prepared.data.seq_len, prepared.eos_id)
     eval_sets = load_eval_sets(cfg, prepared)
     eval_tasks = prepare_eval_tasks(prepared)
+    schedule = cfg.schedule
+    needs = schedule.needs()
+    mix_domains = None
+    if needs.mixture:  # a mixer: its domains and weights checked against the corpus before Ray starts
+        from d3ray.schedule.mix.domains import resolve_mix_domains
+
+        mix_domains = resolve_mix_domains(schedule, prepared.data, prepared.train_shards, prepared.sft is not None)
+        print(f"mixing {len(mix_domains)} domains: {', '.join(mix_domains)}", flush=True)
     env = worker_env(cfg)
     owns_ray = start_ray(cfg.ray, env)
     scheduler = None
     try:
-        schedule = cfg.schedule
-        needs = schedule.needs()
+        if needs.mixture:  # DoReMi's reference model, RegMix's proxy runs: short runs of their own, first
+            from d3ray.schedule.mix.prerun import PreRunContext
+
+            data = dataclasses.replace(prepared.data, tokenizer=dataclasses.replace(
+                prepared.data.tokenizer, path=str(prepared.tokenizer_dir)))
+            schedule.before_run(PreRunContext(cfg=cfg, data=data, domains=list(mix_domains or []), run=run_pretrain))
         eval_ref = [ray.put(eval_sets)] if eval_sets else []
         scheduler = schedule.build(BuildContext(
             seed=cfg.seed, model_config=model_config, model=cfg.model, run_name=cfg.name, run_dir=str(run_dir),
             batch_size=cfg.train.global_batch_size, total_chunks=-(-cfg.train.steps // schedule.L),
-            tokenizer_dir=str(prepared.tokenizer_dir), eval_sets=eval_ref or None))
+            tokenizer_dir=str(prepared.tokenizer_dir), eval_sets=eval_ref or None, domains=mix_domains))
         make_stream = partial(build_chunk_stream, prepared.train_shards, prepared.data, str(prepared.tokenizer_dir),
                               cfg.train.global_batch_size, schedule.window_batches(), schedule.shuffle_buffer,
                               cfg.seed, prepared.sft)

@@ -247,12 +247,17 @@ def _culprits(base: Mapping[str, Any], params: dict[str, Any], keys: list[str]) 
 
 def _hint(keys: list[str]) -> str:
     """`` (did you mean ...?)`` for keys that are no RunConfig path, with the paths that end like them."""
+    import dataclasses
+
     from d3ray.schedule.config import ScheduleConfig
 
-    known: set[str] = set()
+    known = {p for p in _leaf_paths(to_dict(RunConfig())) if not p.startswith("schedule.")}
     for name in ScheduleConfig.known():  # the paths under every scheduler, not only the base's
-        schedule = from_dict(ScheduleConfig, {"type": name})
-        known.update(_leaf_paths(to_dict(RunConfig(schedule=schedule))))
+        # From the fields, not an instance: some schedulers have no valid defaults (DoReMi's reference).
+        for f in dataclasses.fields(ScheduleConfig.lookup(name)):
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            nested = to_dict(default) if dataclasses.is_dataclass(default) else None
+            known.update(_leaf_paths(nested, f"schedule.{f.name}") if nested else [f"schedule.{f.name}"])
     hints = []
     for key in keys:
         if key in known or any(k.startswith(key + ".") for k in known):

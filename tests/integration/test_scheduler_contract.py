@@ -5,7 +5,11 @@
 2. Decisions are deterministic and survive a restart: a fresh coordinator and a freshly built
    scheduler, restored from ``checkpoint_state`` at chunk k, decide chunks k.. exactly as the
    uninterrupted coordinator did (the trainers' side, weights snapshots and per-sample feedback,
-   is replayed from deterministic values, so the decisions depend on the versions they are given).
+   is replayed from deterministic values, so the decisions depend on the versions they are given);
+   for a mixer, the chunks are drawn with the same mixtures (``Chunk.mixture``) and hold the same samples.
+
+Mixers mix two of the corpus' domains here (two per-domain streams start, not seven); DoReMi's reference
+is a fresh model directory and RegMix fits a given proxy table (their pre-runs are tested in test_mix_runs.py).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
 from d3ray.run_files import read_jsonl
 from d3ray.schedule.config import ScheduleConfig
-from d3ray.schedule.scheduler import BuildContext, ChunkFeedback
+from d3ray.schedule.scheduler import BuildContext, ChunkFeedback, Kind
 from tests.accounting import assert_every_sample_accounted, produce_chunks
 from tests.conftest import make_corpus
 
@@ -33,6 +37,11 @@ KNOBS = {"d3": ["--schedule.influence.sketch.k=64", "--schedule.influence.sample
          "tsds": ["--schedule.max_target_sequences=4"],
          "near": ["--schedule.max_target_sequences=4"]}
 STEPS, L, B, T = 4, 2, 4, 32
+MIX_DOMAINS = ["RedPajamaC4", "RedPajamaCommonCrawl"]
+
+
+def mixes(name: str) -> bool:
+    return ScheduleConfig.lookup(name).kind is Kind.MIX
 
 
 @pytest.fixture(scope="module")
@@ -41,12 +50,37 @@ def corpus(tmp_path_factory):
                        train_shards=1, seq_len=T)
 
 
+@pytest.fixture(scope="module")
+def mix_inputs(tmp_path_factory, corpus):
+    """A reference model directory (DoReMi) and a proxy table (RegMix) for the mixers' knobs."""
+    import torch
+
+    from d3ray.data.tokenizer import load_tokenizer
+    from d3ray.model import ModelConfig, build_model, model_config_dict
+
+    root = tmp_path_factory.mktemp("mix_inputs")
+    model_cfg = ModelConfig()
+    torch.manual_seed(1)
+    build_model(model_config_dict(model_cfg, len(load_tokenizer(corpus[1])), T, 0), model_cfg).save_pretrained(
+        root / "reference")
+    rows = ["mix/RedPajamaC4,mix/RedPajamaCommonCrawl,target"] + [f"{w},{1 - w},{3 + (w - 0.3) ** 2}"
+                                                                 for w in (0.1, 0.3, 0.5, 0.7, 0.9)]
+    (root / "proxies.csv").write_text("\n".join(rows) + "\n")
+    return {"doremi": [f"--schedule.reference={root / 'reference'}"],
+            "regmix": [f"--schedule.proxy_table={root / 'proxies.csv'}"]}
+
+
+def knobs(name: str, mix_inputs: dict) -> list[str]:
+    mix = [f"--schedule.domains=[{', '.join(MIX_DOMAINS)}]", *mix_inputs.get(name, [])] if mixes(name) else []
+    return [*KNOBS.get(name, []), *mix]
+
+
 def selects_towards_a_target(scheduler: str) -> bool:
     """Selectors whose target is the run's held-out sets (``target_sets``)."""
     return any(f.name == "target_sets" for f in dataclasses.fields(ScheduleConfig.lookup(scheduler)))
 
 
-def run_config(corpus, out, name: str, scheduler: str) -> RunConfig:
+def run_config(corpus, out, name: str, scheduler: str, extra: list[str]) -> RunConfig:
     data_dir, tokenizer = corpus
     validation = [f"--data.validation_paths=[{data_dir / 'validation'}]"] if selects_towards_a_target(scheduler) else []
     return load_config(RunConfig, None, [*validation,
@@ -54,23 +88,26 @@ def run_config(corpus, out, name: str, scheduler: str) -> RunConfig:
         f"--data.tokenizer.path={tokenizer}", f"--data.seq_len={T}", f"--train.steps={STEPS}",
         f"--train.global_batch_size={B}", f"--train.micro_batch_size={B}", "--train.num_workers=1",
         "--train.zero_stage=0", "--train.eval_every=0", "--train.checkpoint_every_chunks=100",
-        f"--schedule.type={scheduler}", f"--schedule.L={L}", "--schedule.deadline_s=3600",
-        *KNOBS.get(scheduler, []),
+        f"--schedule.type={scheduler}", f"--schedule.L={L}", "--schedule.deadline_s=3600", *extra,
     ])
 
 
 @pytest.mark.parametrize("name", SCHEDULERS)
 def test_scheduler_contract_short_run_completes_logs_and_accounts_for_every_sample(
-        ray_cluster, corpus, tmp_path, name) -> None:
+        ray_cluster, corpus, mix_inputs, tmp_path, name) -> None:
     from d3ray.train.run import run_pretrain
 
-    cfg = run_config(corpus, tmp_path, f"contract-{name}", name)
+    cfg = run_config(corpus, tmp_path, f"contract-{name}", name, knobs(name, mix_inputs))
     final = run_pretrain(cfg)
     assert final["steps"] == STEPS and np.isfinite(final["final_loss"])
     schedule = read_jsonl(cfg.run_dir / "schedule_log.jsonl")
     assert [r["chunk_id"] for r in schedule] == list(range(STEPS // L))
     assert all(r["scheduler"] == name and r["fallback"] is False for r in schedule), schedule
-    chunks = produce_chunks(cfg, STEPS)
+    mixtures = None
+    if mixes(name):  # each chunk's record carries the mixture it was drawn with, over the mixed domains
+        mixtures = {r["chunk_id"]: r["mixture"] for r in schedule}
+        assert all(set(m) == set(MIX_DOMAINS) and abs(sum(m.values()) - 1) < 1e-6 for m in mixtures.values())
+    chunks = produce_chunks(cfg, STEPS, mixtures)
     trained, skipped = assert_every_sample_accounted(cfg.run_dir, chunks, STEPS)
     assert sum(trained.values()) == STEPS * B
     kept = cfg.schedule.window_batches() - L
@@ -95,7 +132,7 @@ def feedback_of(chunk) -> ChunkFeedback:
 
 @pytest.mark.parametrize("name", SCHEDULERS)
 def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_one(
-        ray_cluster, corpus, tmp_path, name):
+        ray_cluster, corpus, mix_inputs, tmp_path, name):
     from functools import partial
 
     import torch
@@ -110,7 +147,7 @@ def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_
 
     ray = ray_cluster
     cfg = load_config(RunConfig, None, [f"--schedule.type={name}", f"--schedule.L={L}", "--schedule.deadline_s=3600",
-                                        *KNOBS.get(name, [])]).schedule
+                                        *knobs(name, mix_inputs)]).schedule
     data_dir, tokenizer = corpus
     data = DataConfig(train_paths=[str(data_dir / "train")], seq_len=T)
     make_stream = partial(build_chunk_stream, list_shards(data.train_paths), data, str(tokenizer), B,
@@ -122,7 +159,8 @@ def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_
     needs = cfg.needs()
     held_out = load_eval_sequences([str(data_dir / "validation")], data, str(tokenizer), 4)  # selectors' targets
     ctx = BuildContext(seed=5, model_config=model_config, model=model_cfg, run_name=f"c-{name}", run_dir=str(tmp_path),
-                       batch_size=B, total_chunks=N_CHUNKS, eval_sets=[ray.put(held_out)])
+                       batch_size=B, total_chunks=N_CHUNKS, eval_sets=[ray.put(held_out)],
+                       domains=MIX_DOMAINS if mixes(name) else None)
 
     def coordinator_and_scheduler():
         scheduler = cfg.build(ctx)
@@ -133,11 +171,13 @@ def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_
     def drive(coordinator, first: int, last: int, checkpoint_at: int | None = None):
         """Act as the trainers for chunks first..last-1; returns the decisions (and a checkpoint)."""
         decisions, state = {}, None
+        drawn = {}
         if needs.weights:
             ray.get(coordinator.publish_weights.remote(first, [ray.put(weights_of_version(base, first))]))
         for c in range(first, last):
             chunk = ray.get(coordinator.get_chunk.remote(c), timeout=300)
             decisions[c] = chunk.decision.to_state()
+            drawn[c] = (chunk.mixture, chunk.sample_ids)
             if needs.feedback:
                 coordinator.feedback.remote(feedback_of(chunk))
             if needs.weights:
@@ -145,20 +185,31 @@ def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_
             if c + 1 == checkpoint_at:
                 ray.get(coordinator.get_chunk.remote(c + 1), timeout=300)  # as the trainers await it
                 state = ray.get(coordinator.checkpoint_state.remote(c + 1), timeout=300)
-        return decisions, state
+        return decisions, state, drawn
 
+    if mixes(name):  # the pre-run stage of the driver (RegMix fits its table into the run directory)
+        from d3ray.schedule.mix.prerun import PreRunContext
+
+        cfg.before_run(PreRunContext(cfg=dataclasses.replace(RunConfig(), output_dir=str(tmp_path.parent),
+                                                             name=tmp_path.name), data=data, domains=MIX_DOMAINS,
+                                     run=None))
     first, first_scheduler = coordinator_and_scheduler()
-    uninterrupted, state = drive(first, 0, N_CHUNKS, checkpoint_at=RESUME_AT)
+    uninterrupted, state, drawn = drive(first, 0, N_CHUNKS, checkpoint_at=RESUME_AT)
     ray.kill(first)
     first_scheduler.close()
     second, second_scheduler = coordinator_and_scheduler()
     try:
         ray.get(second.restore.remote(state))
-        resumed, _ = drive(second, RESUME_AT, N_CHUNKS)
+        resumed, _, drawn_again = drive(second, RESUME_AT, N_CHUNKS)
     finally:
         ray.kill(second)
         second_scheduler.close()
     for c in range(RESUME_AT, N_CHUNKS):
         fresh = {k: v for k, v in resumed[c].items() if k != "fallback"}
         assert fresh == {k: v for k, v in uninterrupted[c].items() if k != "fallback"}, f"chunk {c} differs"
+        assert drawn_again[c] == drawn[c], f"chunk {c} was drawn with another mixture or other samples"
     assert not any(d["fallback"] for d in uninterrupted.values())
+    if mixes(name):
+        assert all(m is not None and set(m) == set(MIX_DOMAINS) for m, _ in drawn.values())
+    else:
+        assert all(m is None for m, _ in drawn.values())

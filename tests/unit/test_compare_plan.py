@@ -29,7 +29,7 @@ def test_plan_type_switch_keeps_shared_schedule_fields_and_names_runs(tmp_path):
     random = runs["random-s1"].config
     assert random.schedule.type_name == "random" and random.seed == 1
     assert (random.schedule.L, random.schedule.shuffle_buffer) == (8, 64)  # kept from the D3 base
-    assert runs["d3-oracle-s0"].config.schedule.influence.estimator == "lookahead"
+    assert runs["d3-oracle-s0"].config.schedule.influence.estimator.is_exact_lookahead
     assert runs["loss-s0"].config.schedule.order.type_name == "d3"
     assert runs["hard-s0"].config.schedule.direction == "hard_to_easy"
     assert plan.methods == {"random": False, "d3-oracle": True, "loss": True, "hard": False}

@@ -1,0 +1,106 @@
+"""ODM: Online Data Mixing as a multi-armed bandit over domains, EXP3 with the training loss as reward.
+
+Albalak, Pan, Raffel & Wang 2023, "Efficient Online Data Mixing For Language Model Pre-Training"
+(arXiv 2312.02406), Algorithm 1. With K domains, t the number of policy updates so far and R̂ the
+smoothed reward estimates (R̂ = 0 and ε_0 = 1/K at the start):
+
+    ε_t      = min(1/K, sqrt(ln K / (K·t)))                                   (exploration floor)
+    π_t(i)   = (1 − K·ε_t) · exp(ε_{t−1}·R̂_i) / Σ_j exp(ε_{t−1}·R̂_j) + ε_t       (EXP3 policy)
+    R̂_i     ← α·R̂_i + (1 − α)·r̂_i,   r̂_i = importance-weighted reward of domain i    (smoothing α)
+
+The paper draws one domain per batch: r̂_i = L/π(i) for the drawn domain (its batch loss L) and 0 for
+the others. Here every chunk draws each of its n = B·L sequences' domain from π (d3ray/data/mixture.py),
+so a chunk is n such draws and the update uses their mean:
+
+    r̂_i = (n_i / n) · ℓ̄_i / π(i)      (n_i sequences of domain i in the chunk, ℓ̄_i their mean loss)
+
+which is unbiased for the expected loss of domain i (E[n_i / n] = π(i)), as the paper's estimator is,
+with the chunk's n draws averaged instead of one; the policy is updated once per chunk (t counts
+chunks with feedback after ``warmup_chunks``), from the trainers' per-sample losses (``observe``), so
+the stream of chunk c uses the feedback of the chunks before c − staleness. Departures: the update
+period is a chunk (the paper: every batch); DataFlex and the authors' code additionally divide the
+reward by 10 and accumulate it without smoothing; here the paper's α-smoothing is kept and the scale
+is ``reward_scale`` (1 = the loss itself). During ``warmup_chunks`` the mixture is uniform and feedback
+is not used (DataFlex's warmup_steps).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from d3ray.schedule.mix.base import MixerBase
+from d3ray.schedule.scheduler import ChunkFeedback
+
+
+def exploration_rate(t: int, k: int) -> float:
+    """ε_t = min(1/K, sqrt(ln K / (K·t))); ε_0 = 1/K."""
+    if t <= 0:
+        return 1.0 / k
+    return min(1.0 / k, math.sqrt(math.log(k) / (k * t)))
+
+
+def odm_policy(rewards: np.ndarray, t: int) -> np.ndarray:
+    """π_t over K domains from the reward estimates R̂ (K,) after t updates (EXP3, the module's formula)."""
+    rewards = np.asarray(rewards, dtype=np.float64)
+    k = len(rewards)
+    eps, eps_prev = exploration_rate(t, k), exploration_rate(t - 1, k)
+    logits = eps_prev * rewards
+    gibbs = np.exp(logits - logits.max())
+    pi = (1.0 - k * eps) * gibbs / gibbs.sum() + eps
+    return pi / pi.sum()
+
+
+def chunk_rewards(domains: list[str], sample_domains: tuple[str, ...], losses: np.ndarray,
+                  policy: dict[str, float], scale: float = 1.0) -> np.ndarray:
+    """r̂ (K,): the importance-weighted rewards of one chunk drawn with ``policy`` (module docstring).
+
+    Non-finite losses are left out (their sequences count as not drawn).
+    """
+    labels = np.asarray(sample_domains, dtype=object)
+    losses = np.asarray(losses, dtype=np.float64)
+    finite = np.isfinite(losses)
+    n = int(finite.sum())
+    out = np.zeros(len(domains))
+    if n == 0:
+        return out
+    for i, d in enumerate(domains):
+        mine = losses[(labels == d) & finite]
+        if len(mine) and policy.get(d, 0.0) > 0:
+            out[i] = scale * (len(mine) / n) * float(mine.mean()) / policy[d]
+    return out
+
+
+class OdmMixer(MixerBase):
+    """EXP3 over the mixed domains (see the module docstring)."""
+
+    def __init__(self, domains: list[str], alpha: float, warmup_chunks: int, reward_scale: float) -> None:
+        self.domains = list(domains)
+        self.alpha, self.warmup_chunks, self.reward_scale = alpha, warmup_chunks, reward_scale
+        self.rewards = np.zeros(len(self.domains))
+        self.updates = 0
+
+    def decide(self, chunk_id: int) -> dict[str, float]:
+        pi = odm_policy(self.rewards, self.updates)
+        return {d: float(p) for d, p in zip(self.domains, pi, strict=True)}
+
+    def observe(self, feedback: ChunkFeedback, mixture: dict[str, float]) -> None:
+        if feedback.chunk_id < self.warmup_chunks:
+            return
+        r = chunk_rewards(self.domains, feedback.domains, feedback.losses, mixture, self.reward_scale)
+        self.rewards = self.alpha * self.rewards + (1.0 - self.alpha) * r
+        self.updates += 1
+
+    def record(self, chunk_id: int) -> dict[str, Any]:
+        return {"odm_updates": self.updates, "odm_epsilon": exploration_rate(self.updates, len(self.domains)),
+                "odm_reward": {d: float(r) for d, r in zip(self.domains, self.rewards, strict=True)}}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rewards": [float(r) for r in self.rewards], "updates": self.updates}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            self.rewards = np.asarray(state["rewards"], dtype=np.float64)
+            self.updates = int(state["updates"])
