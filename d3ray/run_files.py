@@ -55,3 +55,14 @@ def log_to_file(run_dir: Path, role: str) -> Path:
     warnings_logger.propagate = False
     warnings_logger.addHandler(file_handler)
     return path
+
+
+def stop_logging_to_file(path: Path) -> None:
+    """Detach and close the handler :func:`log_to_file` added for ``path`` (a driver that runs several
+    runs in one process, e.g. a sweep or a compare grid, would otherwise log every later run into it)."""
+    root, warnings_logger = logging.getLogger(), logging.getLogger("py.warnings")
+    for handler in list(root.handlers):
+        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename) == Path(path):
+            root.removeHandler(handler)
+            warnings_logger.removeHandler(handler)
+            handler.close()

@@ -24,7 +24,7 @@ from d3ray.cluster import start_ray, worker_env
 from d3ray.config import RunConfig
 from d3ray.config_loading import to_dict
 from d3ray.errors import UserError
-from d3ray.run_files import log_to_file, read_jsonl
+from d3ray.run_files import log_to_file, read_jsonl, stop_logging_to_file
 from d3ray.train.prepare import load_eval_sets, prepare_data, prepare_eval_tasks
 
 logger = logging.getLogger(__name__)
@@ -36,6 +36,17 @@ def run_pretrain(cfg: RunConfig, callbacks: list[Any] | None = None) -> dict[str
     ``callbacks`` are Ray Train ``UserCallback``s passed to ``ray.train.RunConfig(callbacks=...)``,
     e.g. the sweep's Tune report callback, which forwards each checkpointed report to Tune.
     """
+    # Workers run in other directories: hand them an absolute run directory.
+    cfg = dataclasses.replace(cfg, output_dir=str(cfg.run_dir.parent))
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    driver_log = log_to_file(cfg.run_dir, "driver")
+    try:
+        return _run_pretrain(cfg, callbacks)
+    finally:
+        stop_logging_to_file(driver_log)
+
+
+def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
     import ray
     import ray.train
     from ray.train.torch import TorchConfig, TorchTrainer
@@ -48,14 +59,10 @@ def run_pretrain(cfg: RunConfig, callbacks: list[Any] | None = None) -> dict[str
     from d3ray.train.loop import WorkerSpec, train_loop_per_worker
 
     started = time.perf_counter()
-    # Workers run in other directories: hand them an absolute run directory.
-    cfg = dataclasses.replace(cfg, output_dir=str(cfg.run_dir.parent))
     run_dir = cfg.run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
     print(f"run {cfg.name}: {cfg.schedule.type_name} schedule, {cfg.train.steps} steps, in {run_dir} "
           f"(config.yaml, metrics.csv, logs/)", flush=True)
-    log_to_file(run_dir, "driver")
     logger.info("config:\n%s", yaml.safe_dump(to_dict(cfg), sort_keys=False))
     # Data first: a wrong path or a bad corpus is reported before Ray starts.
     prepared = prepare_data(cfg)

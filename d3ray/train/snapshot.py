@@ -71,6 +71,11 @@ def snapshot_optimizer_state(engine: Any, zero_stage: int, rank: int) -> AdamWSt
     # the state is zeros. Every rank steps together, so all ranks take this branch or none does.
     if not any(isinstance(st, dict) and "exp_avg_sq" in st for st in base.state.values()):
         return AdamWState.fresh({n: _full_shape(p) for n, p in named}, **hyper) if rank == 0 else None
+    # ZeRO-1/2 link each parameter's optimizer-state fragments lazily, at the first step; a run resumed
+    # from a checkpoint holds the loaded state but publishes before its first step: link them now.
+    link = getattr(engine.optimizer, "_lazy_init_hp_params_optimizer_state", None)
+    if link is not None:
+        link()
     exp_avg, exp_avg_sq = {}, {}
     for name, p in named:
         m = v = None

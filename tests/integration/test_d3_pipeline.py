@@ -88,40 +88,21 @@ def test_d3_staleness0_zero3_llama_with_bad_shard_and_nan_batch_completes_exactl
     assert all(r["cost_after"] <= r["cost_stream"] + 1e-12 for r in schedule.values())
 
 
-def test_d3_staleness1_influence_actor_killed_mid_run_completes_exactly_once(ray_cluster, corpus, produced_chunks, tmp_path):
+def test_d3_influence_solver_and_trainer_failures_in_one_run_complete_exactly_once(
+        ray_cluster, corpus, produced_chunks, tmp_path):
+    """Three drills at separate points of one run (staleness 1): the solver actor exits in chunk 1, the
+    influence actor in chunk 2, and a trainer worker at step 14 (chunk 3), rolled back to its last
+    checkpoint by Ray Train."""
     from d3ray.train.run import run_pretrain
 
-    cfg = d3_config(corpus, tmp_path, "killinf")
-    write_plan(cfg.run_dir, FaultPlan(influence_exit_at_chunk=2))
+    cfg = d3_config(corpus, tmp_path, "faults", "--train.max_failures=1")
+    write_plan(cfg.run_dir, FaultPlan(solver_exit_at_chunk=1, influence_exit_at_chunk=2, trainer_exit_at_step=14))
     final = run_pretrain(cfg)
     assert final["steps"] == STEPS
-    assert marker(cfg.run_dir, "influence_exit_at_chunk_2").exists(), "the influence actor did crash"
+    for drill in ("solver_exit_at_chunk_1", "influence_exit_at_chunk_2", "trainer_exit_at_step_14"):
+        assert marker(cfg.run_dir, drill).exists(), f"the drill {drill} did fire"
     schedule = assert_exactly_once_in_logged_order(cfg.run_dir, produced_chunks, STEPS, L)
     # staleness 1: chunk c scored at the weights published when chunk c-1 started (version c-1)
     assert [schedule[c]["weights_version"] for c in sorted(schedule)] == [0] + list(range(len(schedule) - 1))
-    assert schedule[2]["fallback"] is False, "the retried task on the restarted actor produced the order"
-
-
-def test_d3_trainer_worker_fails_once_resumes_from_checkpoint_exactly_once(ray_cluster, corpus, produced_chunks, tmp_path):
-    from d3ray.train.run import run_pretrain
-
-    cfg = d3_config(corpus, tmp_path, "failtrain", "--train.max_failures=1")
-    write_plan(cfg.run_dir, FaultPlan(trainer_exit_at_step=10))
-    final = run_pretrain(cfg)
-    assert final["steps"] == STEPS
-    assert marker(cfg.run_dir, "trainer_exit_at_step_10").exists(), "the trainer worker did fail"
-    schedule = assert_exactly_once_in_logged_order(cfg.run_dir, produced_chunks, STEPS, L)
+    assert not any(r["fallback"] for r in schedule.values()), "retried tasks on restarted actors made every order"
     assert len(read_jsonl(cfg.run_dir / "schedule_log.jsonl")) == len(schedule), "rolled back, no duplicates"
-    assert not any(r["fallback"] for r in schedule.values())
-
-
-def test_d3_solver_actor_killed_mid_run_completes_exactly_once(ray_cluster, corpus, produced_chunks, tmp_path):
-    from d3ray.train.run import run_pretrain
-
-    cfg = d3_config(corpus, tmp_path, "killsolver")
-    write_plan(cfg.run_dir, FaultPlan(solver_exit_at_chunk=1))
-    final = run_pretrain(cfg)
-    assert final["steps"] == STEPS
-    assert marker(cfg.run_dir, "solver_exit_at_chunk_1").exists(), "the solver actor did crash"
-    schedule = assert_exactly_once_in_logged_order(cfg.run_dir, produced_chunks, STEPS, L)
-    assert schedule[1]["fallback"] is False, "the retried solve on the restarted actor produced the order"
