@@ -65,8 +65,11 @@ def test_multinode_actors_follow_resources_and_node_loss_keeps_exactly_once(tmp_
                 deadline = time.monotonic() + 600
                 while time.monotonic() < deadline and not holding.exists():
                     time.sleep(0.05)
-                actor = ray.get_actor("d3ray:multinode:influence:0")
-                node_id = ray.get(actor.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()))
+                # The State API, not the actor: it is busy holding, and its calls queue behind the hold.
+                from ray.util.state import list_actors
+
+                (actor,) = list_actors(filters=[("name", "=", "d3ray:multinode:influence:0"), ("state", "=", "ALIVE")])
+                node_id = actor.node_id
                 victim = next(w for w in workers if w.node_id == node_id)
                 cluster.remove_node(victim)
                 removed["node"] = node_id
