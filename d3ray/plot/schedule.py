@@ -102,6 +102,30 @@ def plot_cost_reduction(run_dir: Path, out: Path) -> Path | None:
     return out
 
 
+def plot_mixture(run_dir: Path, out: Path) -> Path | None:
+    """A mixer's domain weights per chunk (stacked), from the ``mixture`` of each schedule-log record."""
+    import matplotlib.pyplot as plt
+
+    rows = sorted((r for r in read_jsonl(run_dir / "schedule_log.jsonl") if r.get("mixture")),
+                  key=lambda r: r["chunk_id"])
+    if not rows:
+        return None
+    domains = sorted({d for r in rows for d in r["mixture"]})
+    cid = np.array([r["chunk_id"] for r in rows])
+    weights = np.array([[float(r["mixture"].get(d, 0.0)) for r in rows] for d in domains])
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.stackplot(cid, weights, labels=domains, step="post")
+    ax.set_xlim(cid[0], cid[-1] if len(cid) > 1 else cid[0] + 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("chunk")
+    ax.set_ylabel("mixture weight")
+    ax.set_title(f"domain mixture per chunk ({rows[0].get('scheduler', 'mixer')})")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    fig.savefig(out, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return out
+
+
 def plot_schedule(run_dir: str | Path, out_dir: str | Path | None = None, chunk_id: int | None = None) -> list[Path]:
     """All schedule plots of ``run_dir`` into ``out_dir`` (default ``<run_dir>/plots``); paths written."""
     import matplotlib
@@ -116,5 +140,6 @@ def plot_schedule(run_dir: str | Path, out_dir: str | Path | None = None, chunk_
         plot_s_heatmap(run_dir, out_dir / "s_heatmap.png", chunk_id),
         plot_order_by_domain(run_dir, out_dir / "order_by_domain.png"),
         plot_cost_reduction(run_dir, out_dir / "cost_reduction.png"),
+        plot_mixture(run_dir, out_dir / "mixture.png"),
     ]
     return [p for p in made if p is not None]
