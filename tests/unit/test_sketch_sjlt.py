@@ -42,8 +42,17 @@ def test_splitmix64_int64_tensor_matches_uint64_reference():
     assert got == [_splitmix64_reference(v) for v in values]
 
 
-def test_stable_seed_same_parts_same_value_and_differs_otherwise():
-    assert stable_seed("sjlt", 0, "w") == stable_seed("sjlt", 0, "w")
+def test_stable_seed_equal_in_processes_with_other_hash_salts_and_differs_by_part():
+    """Actors in other processes must draw the same sketch: Python's ``hash`` would differ there."""
+    import os
+    import subprocess
+    import sys
+
+    code = "from d3ray.influence.sketch import stable_seed; print(stable_seed('sjlt', 0, 'w'), hash('w'))"
+    outs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": salt}).stdout.split() for salt in ("1", "2")]
+    assert outs[0][1] != outs[1][1], "the two processes salt hash() differently"
+    assert int(outs[0][0]) == int(outs[1][0]) == stable_seed("sjlt", 0, "w")
     assert stable_seed("sjlt", 0, "w") != stable_seed("sjlt", 1, "w")
     assert 0 <= stable_seed("x") < 2**63
 
