@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
@@ -103,6 +104,19 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             node = child
         node[parts[-1]] = value
     return out
+
+
+def flatten_dotted(values: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """Dotted ``(key, value)`` pairs of a nested mapping: a non-empty mapping value sets the keys below
+    its key (``{schedule: {L: 4}}`` → ``[("schedule.L", 4)]``); an empty one is a value."""
+    items: list[tuple[str, Any]] = []
+    for key, value in values.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping) and value:
+            items.extend(flatten_dotted(value, path))
+        else:
+            items.append((path, value))
+    return items
 
 
 def load_config(cls: type[C], file: str | Path | None = None, overrides: list[str] | None = None) -> C:

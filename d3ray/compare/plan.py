@@ -25,7 +25,7 @@ from typing import Any
 
 from d3ray.compare.config import ArmConfig, CompareConfig
 from d3ray.config import RunConfig
-from d3ray.config_loading import ConfigError, apply_overrides, from_dict, load_config, to_dict
+from d3ray.config_loading import ConfigError, apply_overrides, flatten_dotted, from_dict, load_config, to_dict
 from d3ray.registry import ChoiceConfig
 
 #: What fixes the training tokens of a run (and makes losses comparable, nats per token of one
@@ -137,7 +137,7 @@ def build_plan(cfg: CompareConfig) -> ComparePlan:
 
 def _arm_config(base: dict[str, Any], arm: ArmConfig) -> tuple[RunConfig | None, str | None]:
     """The arm's RunConfig, or None and the error (a ConfigError's message) that prevents it."""
-    flat = dict(flatten(arm.set))
+    flat = dict(flatten_dotted(arm.set))
     for key in flat:
         if key.split(".")[0] in RUN_KEYS:
             raise ConfigError(f"arm {arm.name!r}: {key!r} is set per run by the comparison; an arm cannot set it")
@@ -151,7 +151,7 @@ def _arm_config(base: dict[str, Any], arm: ArmConfig) -> tuple[RunConfig | None,
 def _with_overrides(base: dict[str, Any], overrides: Mapping[str, Any], where: str) -> dict[str, Any]:
     """``base`` with dotted ``overrides``; a ``<section>.type`` that switches type resets the section
     to the fields the new type shares with it (see :func:`switch_type`)."""
-    flat = flatten(overrides)
+    flat = flatten_dotted(overrides)
     data = to_dict(base)
     for key, value in sorted((kv for kv in flat if kv[0].endswith(".type")), key=lambda kv: kv[0].count(".")):
         data = switch_type(data, key.removesuffix(".type").split("."), value, where)
@@ -165,18 +165,6 @@ def _yaml_value(value: Any) -> str:
     import json
 
     return json.dumps(value)  # JSON is YAML: the value round-trips through apply_overrides unchanged
-
-
-def flatten(overrides: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    """Dotted ``(key, value)`` pairs; a non-empty mapping value sets the keys below its key."""
-    items: list[tuple[str, Any]] = []
-    for key, value in overrides.items():
-        path = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, Mapping) and value:
-            items.extend(flatten(value, path))
-        else:
-            items.append((path, value))
-    return items
 
 
 def switch_type(data: dict[str, Any], section: list[str], new_type: Any, where: str) -> dict[str, Any]:

@@ -85,7 +85,8 @@ def resources_total(requests: list[ActorRequest]) -> dict[str, float]:
 
 @dataclass(frozen=True, kw_only=True)
 class StagedScheduleConfig(ScheduleConfig):
-    """A select or weight scheduler: it decides what trains (and how much), then ``order`` orders it."""
+    """A select, weight or mix scheduler: it decides what trains (which samples, how much, from which
+    domains), then ``order`` orders it."""
 
     order: ScheduleConfig = field(default_factory=lambda: ScheduleConfig.lookup("random")())
     """The order scheduler of the batches this one keeps (its L and window are this config's)."""

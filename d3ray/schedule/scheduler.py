@@ -230,14 +230,8 @@ class Decided:
         return self.decision
 
 
-class SchedulerBase:
-    """Defaults of the protocol for schedulers without feedback, state or actors; override what applies."""
-
-    def observe(self, feedback: ChunkFeedback) -> None:
-        return None
-
-    def mixture(self, chunk_id: int) -> dict[str, float] | None:
-        return None
+class StatelessBase:
+    """Defaults for a component without state or actors (schedulers, mixers); override what applies."""
 
     def state_dict(self) -> dict[str, Any]:
         return {}
@@ -249,6 +243,16 @@ class SchedulerBase:
         return {}
 
     def close(self) -> None:
+        return None
+
+
+class SchedulerBase(StatelessBase):
+    """Defaults of the protocol for schedulers without feedback, mixture, state or actors."""
+
+    def observe(self, feedback: ChunkFeedback) -> None:
+        return None
+
+    def mixture(self, chunk_id: int) -> dict[str, float] | None:
         return None
 
 

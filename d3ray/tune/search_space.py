@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from d3ray.config import RunConfig
-from d3ray.config_loading import ConfigError, apply_overrides, from_dict, to_dict
+from d3ray.config_loading import ConfigError, apply_overrides, flatten_dotted, from_dict, to_dict
 
 logger = logging.getLogger(__name__)
 
@@ -156,19 +156,8 @@ def trial_dict(base: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, 
     (valid YAML), so a trial's config is exactly what the same dotted overrides on the command
     line would give.
     """
-    overrides = [f"{key}={json.dumps(_plain(value))}" for key, value in _flatten_values(params)]
+    overrides = [f"{key}={json.dumps(_plain(value))}" for key, value in flatten_dotted(params)]
     return apply_overrides(dict(base), overrides)
-
-
-def _flatten_values(params: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    items: list[tuple[str, Any]] = []
-    for key, value in params.items():
-        path = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, Mapping) and value:
-            items.extend(_flatten_values(value, path))
-        else:
-            items.append((path, value))
-    return items
 
 
 def _plain(value: Any) -> Any:

@@ -18,7 +18,14 @@ import dataclasses
 from typing import Any, Protocol
 
 from d3ray.schedule.chunker import Chunk
-from d3ray.schedule.scheduler import ChunkDecision, ChunkFeedback, PendingDecision, Scheduler, SubmitContext
+from d3ray.schedule.scheduler import (
+    ChunkDecision,
+    ChunkFeedback,
+    PendingDecision,
+    Scheduler,
+    StatelessBase,
+    SubmitContext,
+)
 
 
 class Mixer(Protocol):
@@ -49,7 +56,7 @@ class Mixer(Protocol):
     def close(self) -> None: ...
 
 
-class MixerBase:
+class MixerBase(StatelessBase):
     """Defaults of :class:`Mixer` for a mixer without feedback, model work, state or actors."""
 
     def observe(self, feedback: ChunkFeedback, mixture: dict[str, float]) -> None:
@@ -60,18 +67,6 @@ class MixerBase:
 
     def record(self, chunk_id: int) -> dict[str, Any]:
         return {}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        return None
-
-    def actors(self) -> dict[str, list[Any]]:
-        return {}
-
-    def close(self) -> None:
-        return None
 
 
 class MixScheduler:

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from d3ray.schedule.config import ScheduleConfig, known_of_kind
+from d3ray.schedule.config import ScheduleConfig, StagedScheduleConfig
 from d3ray.schedule.scheduler import ActorRequest, BuildContext, Kind, Needs
 
 
@@ -26,39 +26,21 @@ def check_weights(weights: dict[str, float], field_name: str) -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
-class MixScheduleConfig(ScheduleConfig):
-    """Common fields of the mixers."""
+class MixScheduleConfig(StagedScheduleConfig):
+    """Common fields of the mixers; ``order`` (from :class:`StagedScheduleConfig`) orders what they drew."""
 
     kind = Kind.MIX
 
-    order: ScheduleConfig = field(default_factory=lambda: ScheduleConfig.lookup("random")())
-    """The order scheduler of each drawn chunk's batches (its L and window are this config's)."""
     domains: list[str] = field(default_factory=list)
     """The domains mixed; empty = every known domain (``data.domains``) that has records in the corpus."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.order.kind is not Kind.ORDER:
-            raise ValueError(
-                f"schedule.order.type={self.order.type_name!r} is a {self.order.kind} scheduler; a mixer's "
-                f"order must be an order scheduler ({', '.join(known_of_kind(Kind.ORDER))})")
         if len(set(self.domains)) != len(self.domains) or not all(self.domains):
             raise ValueError(f"schedule.domains={self.domains} must be distinct non-empty domain names")
 
     def needs(self) -> Needs:
-        return Needs(mixture=True) | self.own_needs() | self.order.needs()
-
-    def own_needs(self) -> Needs:
-        return Needs()
-
-    def actor_requests(self) -> list[ActorRequest]:
-        return self.own_actor_requests() + self.order.actor_requests()
-
-    def own_actor_requests(self) -> list[ActorRequest]:
-        return []
-
-    def summary_fields(self) -> dict[str, str]:
-        return self.order.summary_fields()
+        return Needs(mixture=True) | super().needs()
 
     def given_weights(self) -> dict[str, float]:
         """Weights this config fixes (``static``), checked against the corpus' domains by the driver."""
