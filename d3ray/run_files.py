@@ -4,12 +4,17 @@ The trainer writes ``metrics.jsonl``, ``samples.jsonl``, ``schedule_log.jsonl``
 (``d3ray.train.metrics.RunLogs``); plots, benchmarks, sweeps and tests read them. Each line is one
 JSON object; a missing file reads as no rows. Every Ray process of a run (trainers, coordinator,
 scheduler actors) logs into ``<run_dir>/logs/<role>.log`` and keeps the console for warnings.
+Directories that readers load whole (exports, tokenizers) are written with :func:`atomic_directory`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,3 +71,20 @@ def stop_logging_to_file(path: Path) -> None:
             root.removeHandler(handler)
             warnings_logger.removeHandler(handler)
             handler.close()
+
+
+@contextlib.contextmanager
+def atomic_directory(out: Path) -> Iterator[Path]:
+    """Write a directory all at once: yields a temporary sibling to fill, which replaces ``out`` when
+    the block ends without an error (a reader never sees a half-written directory); removed otherwise."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield tmp
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)

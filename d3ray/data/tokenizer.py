@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +25,7 @@ from d3ray.data.config import DataConfig, TokenizerConfig
 from d3ray.data.records import iter_documents
 from d3ray.data.shards import Shard
 from d3ray.errors import DataPathError
+from d3ray.run_files import atomic_directory
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -107,16 +106,8 @@ def train_tokenizer_from_texts(texts: Sequence[str], tcfg: TokenizerConfig, out_
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token=EOS_TOKEN, bos_token=EOS_TOKEN, unk_token=EOS_TOKEN
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_directory(out) as tmp:
         save_tokenizer(fast, tmp)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     logger.info(
         "trained a byte-level BPE tokenizer (%d tokens, on %d texts) into %s",
         tok.get_vocab_size(),

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
-import tempfile
 from pathlib import Path
 
 from d3ray.data.tokenizer import save_tokenizer
 from d3ray.export.load import LoadedModel, load_model
+from d3ray.run_files import atomic_directory
 
 logger = logging.getLogger(__name__)
 
@@ -45,16 +44,8 @@ def export_model(source: str | Path, out_dir: str | Path, lora: str = "merged") 
         raise ValueError(f"lora must be one of {list(LORA_MODES)}, got {lora!r}")
     loaded = load_model(source)
     out = Path(out_dir).resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_directory(out) as tmp:
         write_loaded(loaded, tmp, lora, final_dir=out)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     logger.info("exported %s (%s%s) to %s", source, loaded.kind, ", LoRA " + lora if loaded.is_lora else "", out)
     return out
 

@@ -10,16 +10,14 @@ from d3ray.data import (
     BadRecordFractionError,
     BadRecordLedger,
     DataConfig,
-    SequencePacker,
-    TokenizedDocument,
     TokenizerConfig,
-    iter_documents,
     list_shards,
     write_sample_corpus,
 )
 from d3ray.data.pipeline import iter_packed_sequences
-from d3ray.data.tokenizer import encode_texts, load_backend_tokenizer, train_tokenizer
+from d3ray.data.tokenizer import train_tokenizer
 from tests.conftest import start_local_ray
+from tests.data_oracle import reference_sequences
 
 pytestmark = pytest.mark.ray
 
@@ -53,19 +51,6 @@ def corpus(tmp_path_factory):
     )
     shards = list_shards(str(root / "train"))
     return shards, cfg, train_tokenizer(shards, cfg, root / "tokenizer")
-
-
-def reference_sequences(shards, cfg, tok):
-    """The same stream without Ray: reader → tokenizer → packer, one document at a time."""
-    backend, eos = load_backend_tokenizer(tok)
-    packer = SequencePacker(cfg.seq_len, eos)
-    out = []
-    for shard in shards:
-        for doc in iter_documents(shard, cfg.layout, cfg.domains, cfg.max_record_bytes):
-            if not doc.is_bad:
-                (ids,) = encode_texts(backend, [doc.text])
-                out += packer.feed(TokenizedDocument(ids, doc.domain, doc.shard, doc.line))
-    return out + packer.flush(cfg.domains)
 
 
 def test_iter_packed_sequences_matches_pure_reference_and_counts_bad_records(ray_local, corpus):

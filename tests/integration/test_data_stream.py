@@ -21,6 +21,7 @@ from d3ray.data.stream import CorpusSource
 from d3ray.data.tokenizer import encode_texts, load_backend_tokenizer, train_tokenizer
 from d3ray.schedule.chunker import ChunkStream, make_batch
 from tests.conftest import start_local_ray
+from tests.data_oracle import reference_sequences
 
 pytestmark = pytest.mark.ray
 
@@ -76,18 +77,9 @@ def old_shuffled(items, buffer, seed):
 def reference_chunks(shards, cfg, tok, B, L, buffer, seed, epochs):
     """Today's plain chunk stream without Ray: reader → tokenizer → packer one document at a time,
     the old shuffle, batches of B (tail dropped), chunks of L."""
-    backend, eos = load_backend_tokenizer(tok)
     out = []
     for epoch in range(epochs):
-        packer = SequencePacker(cfg.seq_len, eos)
-        seqs = []
-        for shard in shards:
-            for doc in iter_documents(shard, cfg.layout, cfg.domains, cfg.max_record_bytes):
-                if not doc.is_bad:
-                    (ids,) = encode_texts(backend, [doc.text])
-                    seqs += packer.feed(TokenizedDocument(ids, doc.domain, doc.shard, doc.line))
-        seqs += packer.flush(cfg.domains)
-        seqs = list(old_shuffled(seqs, buffer, [seed, epoch]))
+        seqs = list(old_shuffled(reference_sequences(shards, cfg, tok), buffer, [seed, epoch]))
         batches = [make_batch(seqs[i : i + B], epoch) for i in range(0, len(seqs) - B + 1, B)]
         out += [batches[i : i + L] for i in range(0, len(batches), L)]
     return out

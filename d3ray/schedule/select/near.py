@@ -64,11 +64,10 @@ def embed_batches(worker: ScoringWorker, batches: list[Any]) -> np.ndarray:
     return np.concatenate(parts)
 
 
-@dataclass(frozen=True)
-class NearScorer:
-    """NEAR on the ScoringWorker (the :class:`~d3ray.schedule.scoring.Scorer` protocol)."""
+class EmbeddedTargets:
+    """The target of an embedding scorer (NEAR, TSDS): the embeddings of every target sequence, computed
+    once per weights version on the ScoringWorker. Needs a ``targets`` field."""
 
-    neighbours: int
     targets: Any
 
     def target_key(self) -> Any:
@@ -76,6 +75,14 @@ class NearScorer:
 
     def target(self, worker: ScoringWorker) -> np.ndarray:
         return embed_sets(worker, self.targets)
+
+
+@dataclass(frozen=True)
+class NearScorer(EmbeddedTargets):
+    """NEAR on the ScoringWorker (the :class:`~d3ray.schedule.scoring.Scorer` protocol)."""
+
+    neighbours: int
+    targets: Any
 
     def scores(self, worker: ScoringWorker, batches: list[Any], target: np.ndarray) -> np.ndarray:
         return near_scores(embed_batches(worker, batches), target, self.neighbours)

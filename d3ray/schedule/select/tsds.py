@@ -47,8 +47,8 @@ import numpy as np
 from d3ray.schedule.chunker import Chunk
 from d3ray.schedule.scheduler import BuildContext
 from d3ray.schedule.scoring import ScoringWorker
-from d3ray.schedule.select.near import embed_batches, embed_sets
-from d3ray.schedule.select.target import ScorerHead, put_target_sets, rank_scores, target_key, unit_rows
+from d3ray.schedule.select.near import EmbeddedTargets, embed_batches
+from d3ray.schedule.select.target import ScorerHead, put_target_sets, rank_scores, unit_rows
 
 KEEP = ("sample", "top")
 
@@ -133,7 +133,7 @@ def tsds_scores(p: np.ndarray, nearest: np.ndarray, keep: str, rng: np.random.Ge
 
 
 @dataclass(frozen=True)
-class TsdsScorer:
+class TsdsScorer(EmbeddedTargets):
     """TSDS on the ScoringWorker (the :class:`~d3ray.schedule.scoring.Scorer` protocol)."""
 
     alpha: float
@@ -144,12 +144,6 @@ class TsdsScorer:
     seed: int
     chunk_id: int
     targets: Any
-
-    def target_key(self) -> Any:
-        return ("embeddings", target_key(self.targets))
-
-    def target(self, worker: ScoringWorker) -> np.ndarray:
-        return embed_sets(worker, self.targets)
 
     def scores(self, worker: ScoringWorker, batches: list[Any], target: np.ndarray) -> np.ndarray:
         queries, candidates = unit_rows(target), unit_rows(embed_batches(worker, batches))
