@@ -148,6 +148,7 @@ class ScheduleCoordinator:
         self._feedback: dict[int, ChunkFeedback] = {}
         self._observed_through = -1
         self._cursors: dict[int, dict[str, Any]] = {}  # chunk_id -> data cursor at its start
+        self._decided_versions: dict[int, int | None] = {}  # chunk_id -> weights version of its decision
         self._stream: ChunkStream | None = None
         self._iter: Iterator[Chunk] | None = None
         self._next_id = 0
@@ -197,6 +198,7 @@ class ScheduleCoordinator:
                 del self._slots[cid]
             for cid in [c for c in self._decided if c < before_chunk_id]:
                 del self._decided[cid]
+                self._decided_versions.pop(cid, None)
             for v in [v for v in self._weights if v < before_chunk_id - self._staleness - 1]:
                 del self._weights[v]
             for cid in [c for c in self._cursors if c < before_chunk_id]:
@@ -215,8 +217,10 @@ class ScheduleCoordinator:
         scheduler's state after observing the feedback of every chunk < ``next_chunk``."""
         with self._cond:
             decisions = {str(c): d.to_state() for c, d in sorted(self._decided.items()) if c >= next_chunk}
+            versions = {c: self._decided_versions.get(int(c)) for c in decisions}
             cursor = self._cursors.get(next_chunk)
-        state: dict[str, Any] = {"decisions": decisions, "observed_through": self._observed_through}
+        state: dict[str, Any] = {"decisions": decisions, "weights_versions": versions,
+                                 "observed_through": self._observed_through}
         if cursor is not None:
             state["data_cursor"] = {"chunk_id": next_chunk, "cursor": cursor}
         if self._needs.feedback:
@@ -229,8 +233,10 @@ class ScheduleCoordinator:
     def restore(self, state: dict[str, Any]) -> None:
         """Load a checkpoint's ``checkpoint_state`` (a live coordinator keeps what it already knows)."""
         with self._cond:
+            versions = state.get("weights_versions", {})
             for cid, decision in state.get("decisions", {}).items():
                 self._decided.setdefault(int(cid), ChunkDecision.from_state(decision))
+                self._decided_versions.setdefault(int(cid), versions.get(cid))
             if "data_cursor" in state:
                 cid = int(state["data_cursor"]["chunk_id"])
                 self._cursors.setdefault(cid, state["data_cursor"]["cursor"])
@@ -302,6 +308,7 @@ class ScheduleCoordinator:
             decision = slot.pending.result(self._deadline_s)
             with self._cond:
                 decision = self._decided.setdefault(cid, decision)
+                self._decided_versions.setdefault(cid, slot.weights_version)
         if decision.selection is None:
             batch_refs = tuple(slot.refs[i] for i in decision.order)
             ids = tuple(chunk.batches[i].sample_ids for i in decision.order)
@@ -325,18 +332,21 @@ class ScheduleCoordinator:
             weights = tuple(tuple(decision.sample_weights[i]) for i in decision.order)
         return DecidedChunk(chunk_id=cid, epoch=chunk.epoch, batch_refs=batch_refs, sample_ids=ids,
                             domains=domains, sample_weights=weights, loss_weighting=decision.loss_weighting,
-                            skipped=skipped, decision=decision, weights_version=slot.weights_version,
+                            skipped=skipped, decision=decision, weights_version=self._decided_versions.get(cid),
                             mixture=chunk.mixture)
 
-    def _observe_through(self, chunk_id: int) -> None:
+    def _observe_through(self, chunk_id: int, producer: bool = False) -> None:
         """Feed the scheduler the feedback of every chunk <= ``chunk_id``, in chunk order (waits for it).
 
         Waiting holds no lock but the condition's, so that a ``restore`` (which may move the scheduler
         past the awaited chunks) can always get in; observing holds the observe lock, as ``submit`` does.
+        In the ``producer`` thread, a seek request ends the wait (:class:`_Reseek`).
         """
         while True:
             with self._cond:
                 while self._observed_through < chunk_id and self._observed_through + 1 not in self._feedback:
+                    if producer and self._seek_to is not None:
+                        raise _Reseek
                     self._cond.wait(timeout=1.0)
                 if self._observed_through >= chunk_id:
                     return
@@ -355,7 +365,7 @@ class ScheduleCoordinator:
         """The mixture chunk ``chunk_id`` is drawn with (the stream calls it just before drawing it):
         the scheduler first observes the feedback of every chunk < chunk_id − staleness, as for ``submit``."""
         if self._needs.feedback:
-            self._observe_through(chunk_id - self._staleness - 1)
+            self._observe_through(chunk_id - self._staleness - 1, producer=True)
         with self._observe_lock:
             mixture = self._scheduler.mixture(chunk_id)
         if mixture is None:
@@ -376,9 +386,14 @@ class ScheduleCoordinator:
                         self._cond.wait()
                     seek = self._seek_to
                     self._seek_to = None
-                if seek is not None:
-                    self._restart_stream(seek)
-                self._produce_one()
+                try:
+                    if seek is not None:
+                        self._restart_stream(seek)
+                    self._produce_one()
+                except _Reseek:
+                    # Trainers restarted from a checkpoint ask for an earlier chunk while this one waited
+                    # for weights or feedback they will only produce after it: drop it and seek.
+                    logger.info("chunk producer: a trainer asked for an earlier chunk; seeking back")
         except BaseException as err:  # surfaced to every waiting trainer by get_chunk
             if isinstance(err, UserError):
                 logger.error("chunk producer stopped: %s", err)
@@ -429,7 +444,7 @@ class ScheduleCoordinator:
         if not decided:
             context = SubmitContext()
             if self._needs.feedback:
-                self._observe_through(chunk.chunk_id - self._staleness - 1)
+                self._observe_through(chunk.chunk_id - self._staleness - 1, producer=True)
             if self._needs.weights:
                 version, weights = self._wait_for_weights(chunk.chunk_id - self._staleness)
                 context = SubmitContext(weights=weights, weights_version=version)
@@ -456,7 +471,13 @@ class ScheduleCoordinator:
                 if self._deadline_s is not None and time.monotonic() - start > self._deadline_s:
                     newest = max(self._weights) if self._weights else None
                     return newest, (self._weights[newest] if newest is not None else None)
+                if self._seek_to is not None:  # rolled-back trainers will publish it only after an earlier chunk
+                    raise _Reseek
                 self._cond.wait(timeout=0.5)
+
+
+class _Reseek(Exception):
+    """Raised in the producer thread when a seek request ends a wait (see ``_produce_forever``)."""
 
 
 def _check_accounting(chunk: Chunk, trained: set[str], skipped: dict[str, tuple[str, ...]]) -> None:
