@@ -75,6 +75,11 @@ def mix_inputs(tmp_path_factory, corpus):
             "regmix": [f"--schedule.proxy_table={root / 'proxies.csv'}"]}
 
 
+def drawn_from(mixture: dict[str, float]) -> set[str]:
+    """The domains a mixture draws from (the stream lists every known domain, the others at 0)."""
+    return {d for d, w in mixture.items() if w > 0}
+
+
 def knobs(name: str, mix_inputs: dict) -> list[str]:
     mix = [f"--schedule.domains=[{', '.join(MIX_DOMAINS)}]", *mix_inputs.get(name, [])] if mixes(name) else []
     return [*KNOBS.get(name, []), *mix]
@@ -111,7 +116,7 @@ def test_scheduler_contract_short_run_completes_logs_and_accounts_for_every_samp
     mixtures = None
     if mixes(name):  # each chunk's record carries the mixture it was drawn with, over the mixed domains
         mixtures = {r["chunk_id"]: r["mixture"] for r in schedule}
-        assert all(set(m) == set(MIX_DOMAINS) and abs(sum(m.values()) - 1) < 1e-6 for m in mixtures.values())
+        assert all(drawn_from(m) <= set(MIX_DOMAINS) and abs(sum(m.values()) - 1) < 1e-6 for m in mixtures.values())
     chunks = produce_chunks(cfg, STEPS, mixtures)
     trained, skipped = assert_every_sample_accounted(cfg.run_dir, chunks, STEPS)
     assert sum(trained.values()) == STEPS * B
@@ -215,6 +220,6 @@ def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_
         assert drawn_again[c] == drawn[c], f"chunk {c} was drawn with another mixture or other samples"
     assert not any(d["fallback"] for d in uninterrupted.values())
     if mixes(name):
-        assert all(m is not None and set(m) == set(MIX_DOMAINS) for m, _ in drawn.values())
+        assert all(m is not None and drawn_from(m) <= set(MIX_DOMAINS) for m, _ in drawn.values())
     else:
         assert all(m is None for m, _ in drawn.values())
