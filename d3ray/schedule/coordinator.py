@@ -347,6 +347,8 @@ class ScheduleCoordinator:
                 while self._observed_through < chunk_id and self._observed_through + 1 not in self._feedback:
                     if producer and self._seek_to is not None:
                         raise _Reseek
+                    if self._error is not None:  # the producer stopped (it may have held the awaited feedback)
+                        raise RuntimeError(f"schedule coordinator failed: {type(self._error).__name__}: {self._error}")
                     self._cond.wait(timeout=1.0)
                 if self._observed_through >= chunk_id:
                     return

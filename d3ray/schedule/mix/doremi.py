@@ -127,7 +127,8 @@ class DoremiMixer(MixerBase):
         ref = np.asarray([reference.get(s, np.nan) for s in feedback.sample_ids], dtype=np.float64)
         self.last_excess = excess_losses(self.domains, feedback.domains, feedback.losses, ref)
         self.alpha = doremi_update(self.alpha, self.last_excess, self.eta, self.smoothing)
-        self.alpha_sum += self.alpha
+        # not in place: the mixer reaches the coordinator through Ray, whose numpy arrays are read-only
+        self.alpha_sum = self.alpha_sum + self.alpha
         self.updates += 1
         self._reference.pop(feedback.chunk_id, None)
         for c in [c for c in self._reference if c < feedback.chunk_id]:
