@@ -1,5 +1,5 @@
-"""``ray job submit`` end to end: a local head on loopback, the tiny pretrain job through the Job
-Submission API, SUCCEEDED, its outputs on disk; then only that head is stopped.
+"""``ray job submit`` end to end: a local head on loopback, the tiny pretrain job through the
+``ray job submit`` CLI as a user runs it, SUCCEEDED, its outputs on disk; then only that head is stopped.
 
 The head is its own Ray instance (free ports, its own ``--temp-dir`` and auth token), so it does not
 collide with the session's ``ray_cluster`` fixture or any other Ray on the machine. It runs as
@@ -11,7 +11,6 @@ process group catches any straggler. Data and outputs are passed by absolute pat
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import secrets
@@ -43,7 +42,8 @@ def free_port() -> int:
 
 @pytest.fixture
 def ray_head(tmp_path):
-    """A separate Ray head (4 CPUs) on loopback; yields (dashboard URL, auth headers, its process)."""
+    """A separate Ray head (4 CPUs) on loopback; yields (dashboard URL, the environment of a shell that
+    talks to it: its auth token, its process)."""
     temp_dir = tempfile.mkdtemp(prefix="d3rj", dir="/tmp")  # short: Ray's unix socket paths must fit
     token = secrets.token_hex(32)
     dashboard_port = free_port()
@@ -85,9 +85,8 @@ def ray_head(tmp_path):
     ]
     log = open(tmp_path / "ray_head.log", "w")
     head = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    address, headers = f"http://127.0.0.1:{dashboard_port}", {"Authorization": f"Bearer {token}"}
     try:
-        yield address, headers, head
+        yield f"http://127.0.0.1:{dashboard_port}", env, head
     finally:
         head.send_signal(signal.SIGTERM)  # `ray start --block` stops the processes it started
         try:
@@ -103,23 +102,25 @@ def ray_head(tmp_path):
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def until_ready(head: subprocess.Popen, attempt, timeout_s: float = START_TIMEOUT_S):
-    """``attempt()``, retried while the head is still coming up (dashboard not listening yet, or its
-    job agent not registered: "No available agent to submit job"). Waiting on the head process is
-    the pause between tries, and it fails the test at once if the head exits."""
-    deadline = time.monotonic() + timeout_s
+def ray_cli(env: dict[str, str], *args: str, timeout_s: float) -> subprocess.CompletedProcess:
+    """``ray ARGS`` as a user's shell runs it, with the head's auth token in its environment. A CLI, not
+    the Python SDK in this process: the SDK caches the auth token of the first Ray it met per process."""
+    return subprocess.run([sys.executable, "-m", "ray.scripts.scripts", *args], env=env, capture_output=True,
+                          text=True, timeout=timeout_s)
+
+
+def until_ready(head: subprocess.Popen, address: str, env: dict[str, str]) -> None:
+    """Wait until the head's job server answers (``ray job list``); fails the test at once if the head exits."""
+    deadline = time.monotonic() + START_TIMEOUT_S
     while True:
-        try:
-            return attempt()
-        except (ConnectionError, RuntimeError) as err:
-            starting = isinstance(err, ConnectionError) or "No available agent" in str(err)
-            if not starting or time.monotonic() > deadline:
-                raise
-        try:
-            head.wait(timeout=1.0)
-        except subprocess.TimeoutExpired:
-            continue
-        pytest.fail(f"ray start exited with {head.returncode}")
+        probe = ray_cli(env, "job", "list", f"--address={address}", timeout_s=60)
+        if probe.returncode == 0:
+            return
+        if head.poll() is not None:
+            pytest.fail(f"ray start exited with {head.returncode}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"the head's job server did not answer within {START_TIMEOUT_S}s:\n{probe.stderr[-2000:]}")
+        time.sleep(1.0)
 
 
 @pytest.fixture(scope="module")
@@ -135,18 +136,8 @@ def corpus(tmp_path_factory):
     return root / "data", ensure_tokenizer(data, list_shards(data.train_paths), root)
 
 
-async def _follow(client, job_id: str) -> str:
-    """The job's whole log; returns when the job has ended (the log stream closes)."""
-    chunks = []
-    async for lines in client.tail_job_logs(job_id):
-        chunks.append(lines)
-    return "".join(chunks)
-
-
 def test_job_submit_tiny_pretrain_succeeds_and_writes_run_dir(ray_head, corpus, tmp_path):
-    from ray.job_submission import JobStatus, JobSubmissionClient
-
-    address, headers, head = ray_head
+    address, env, head = ray_head
     data_dir, tokenizer = corpus
     out = tmp_path / "runs"
     args = [
@@ -165,15 +156,16 @@ def test_job_submit_tiny_pretrain_succeeds_and_writes_run_dir(ray_head, corpus, 
         "--schedule.L=2",
         "--eval.max_sequences_per_domain=2",
     ]
-    client = until_ready(head, lambda: JobSubmissionClient(address, headers=headers))
-    entrypoint = " ".join([sys.executable, *args])
-    job_id = until_ready(
-        head, lambda: client.submit_job(entrypoint=entrypoint, runtime_env={"working_dir": str(REPO)})
-    )
-    logs = asyncio.run(asyncio.wait_for(_follow(client, job_id), JOB_TIMEOUT_S))
-    status = client.get_job_status(job_id)
+    until_ready(head, address, env)
+    for _ in range(30):  # the job agent registers a moment after the job server answers
+        job = ray_cli(env, "job", "submit", f"--address={address}", f"--working-dir={REPO}", "--",
+                      sys.executable, *args, timeout_s=JOB_TIMEOUT_S)
+        logs = job.stdout + job.stderr
+        if "No available agent" not in logs:
+            break
+        time.sleep(1.0)
 
-    assert status == JobStatus.SUCCEEDED, logs[-3000:]
+    assert job.returncode == 0 and "succeeded" in logs, logs[-3000:]
     assert f"finished {STEPS} steps" in logs
     run_dir = out / "job-test"
     final = json.loads((run_dir / "final_metrics.json").read_text())
