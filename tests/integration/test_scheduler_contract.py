@@ -2,8 +2,8 @@
 
 1. A short real run (tiny GPT-2, one DeepSpeed worker) completes, logs one decision per chunk, and
    accounts for every sample of every trained chunk: trained, or skipped with a reason. One scheduler
-   per way a decision reaches the trainers (a run costs ~30 s; the suite has a 20-minute budget):
-   an order from model work (d3: weights and optimizer snapshots), a selection scored by an actor
+   per way a decision reaches the trainers (a run costs ~25 s; the suite has a 20-minute budget):
+   an order from model work (d3: test_d3_pipeline.py, test_finetune.py), a selection scored by an actor
    towards held-out targets (less), in-step loss weights from feedback (loss_reweight), a mixture from
    feedback (odm) and a mixture against a reference model actor (doremi).
 2. Decisions are deterministic and survive a restart: a fresh coordinator and a freshly built
@@ -35,7 +35,7 @@ from tests.conftest import make_corpus
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 SCHEDULERS = ScheduleConfig.known()
-SHORT_RUNS = ["d3", "less", "loss_reweight", "odm", "doremi"]
+SHORT_RUNS = ["less", "loss_reweight", "odm", "doremi"]  # d3 runs in test_d3_pipeline.py
 # Cheap knobs per scheduler (the contract does not depend on them).
 KNOBS = {"d3": ["--schedule.influence.sketch.k=64", "--schedule.influence.sample_fraction=0.5"],
          "less": ["--schedule.sketch.k=64", "--schedule.max_target_sequences=4"],
@@ -125,12 +125,22 @@ def test_scheduler_contract_short_run_completes_logs_and_accounts_for_every_samp
 
 
 # ---- 2. determinism and resume, at the coordinator ------------------------------------------------
-N_CHUNKS, RESUME_AT = 5, 2
+N_CHUNKS, RESUME_AT = 4, 2
 
 
-def weights_of_version(base: dict[str, np.ndarray], version: int) -> dict[str, np.ndarray]:
+def snapshot_of_version(base: dict[str, np.ndarray], params: list[str], version: int, optimizer: bool) -> list:
+    """The parts the trainers would publish after ``version`` chunks: weights, and (``optimizer``) an
+    AdamW state of the trainable parameters ``params``; deterministic in the version."""
+    from d3ray.influence.optimizer import AdamWState
+
     rng = np.random.default_rng(1000 + version)
-    return {k: v + 1e-2 * rng.standard_normal(v.shape).astype(v.dtype) for k, v in base.items()}
+    parts: list = [{k: v + 1e-2 * rng.standard_normal(v.shape).astype(v.dtype) for k, v in base.items()}]
+    if optimizer:
+        m = {k: 1e-3 * rng.standard_normal(base[k].shape).astype(np.float32) for k in params}
+        v = {k: (1e-6 * rng.random(base[k].shape) + 1e-8).astype(np.float32) for k in params}
+        parts.append(AdamWState(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, step=10 + version,
+                                exp_avg=m, exp_avg_sq=v, max_grad_norm=1.0))
+    return parts
 
 
 def feedback_of(chunk) -> ChunkFeedback:
@@ -165,8 +175,11 @@ def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_
     model_cfg = ModelConfig()
     model_config = model_config_dict(model_cfg, len(load_tokenizer(tokenizer)), T, 0)
     torch.manual_seed(0)
-    base = {k: v.detach().float().numpy() for k, v in build_model(model_config, model_cfg).state_dict().items()}
+    model = build_model(model_config, model_cfg)
+    base = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+    params = [n for n, _ in model.named_parameters()]
     needs = cfg.needs()
+    snapshot = partial(snapshot_of_version, base, params, optimizer=needs.optimizer_state)
     held_out = load_eval_sequences([str(data_dir / "validation")], data, str(tokenizer), 4)  # selectors' targets
     ctx = BuildContext(seed=5, model_config=model_config, model=model_cfg, run_name=f"c-{name}", run_dir=str(tmp_path),
                        batch_size=B, total_chunks=N_CHUNKS, eval_sets=[ray.put(held_out)],
@@ -183,7 +196,7 @@ def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_
         decisions, state = {}, None
         drawn = {}
         if needs.weights:
-            ray.get(coordinator.publish_weights.remote(first, [ray.put(weights_of_version(base, first))]))
+            ray.get(coordinator.publish_weights.remote(first, [ray.put(p) for p in snapshot(first)]))
         for c in range(first, last):
             chunk = ray.get(coordinator.get_chunk.remote(c), timeout=300)
             decisions[c] = chunk.decision.to_state()
@@ -191,7 +204,7 @@ def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_
             if needs.feedback:
                 coordinator.feedback.remote(feedback_of(chunk))
             if needs.weights:
-                ray.get(coordinator.publish_weights.remote(c + 1, [ray.put(weights_of_version(base, c + 1))]))
+                ray.get(coordinator.publish_weights.remote(c + 1, [ray.put(p) for p in snapshot(c + 1)]))
             if c + 1 == checkpoint_at:
                 ray.get(coordinator.get_chunk.remote(c + 1), timeout=300)  # as the trainers await it
                 state = ray.get(coordinator.checkpoint_state.remote(c + 1), timeout=300)
