@@ -213,7 +213,7 @@ class BadRecordLedger:
         self.log_first = log_first
         self.good: Counter[str] = Counter()  # shard -> good records
         self.bad: dict[str, Counter[str]] = defaultdict(Counter)  # shard -> reason -> count
-        self.first_lines: dict[tuple[str, str], list[int]] = defaultdict(list)  # (shard, reason) -> lines
+        self.first_lines: dict[tuple[str, str], list[int]] = defaultdict(list)  # (shard, reason) -> distinct lines
         self._logged = 0
 
     def record_good(self, shard: str, count: int = 1) -> None:
@@ -222,7 +222,7 @@ class BadRecordLedger:
     def record_bad(self, shard: str, line: int, reason: str, detail: str = "") -> None:
         self.bad[shard][reason] += 1
         lines = self.first_lines[(shard, reason)]
-        if len(lines) < self.keep_lines:
+        if len(lines) < self.keep_lines and line not in lines:  # a later epoch reads the same lines again
             lines.append(line)
         if self._logged < self.log_first:
             self._logged += 1

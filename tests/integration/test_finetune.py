@@ -113,8 +113,6 @@ def assert_only_adapters_trained(checkpoint: str, cfg: RunConfig) -> None:
     assert moved and all(p.abs().sum() > 0 for p in moved), "the adapters did not train"
 
 
-
-
 def test_finetune_default_runs_d3_on_the_generated_suite_with_exact_match(ray_cluster, tmp_path, capsys) -> None:
     """The embedded default (D3 order, the skill suite, exact match at the end), shortened."""
     import json
