@@ -36,8 +36,9 @@ def run(args: argparse.Namespace) -> int:
     common = [*FINETUNE_DEFAULTS, f"--output_dir={work}", f"--train.steps={steps}", f"--model.preset={preset}",
               "--schedule.type=random", "--eval.tasks=", "--eval.max_sequences_per_domain=2",
               *[f"--{o}" for o in args.overrides]]
-    configs = {"full": load_config(RunConfig, None, ["--name=full", *common]),
-               "lora": load_config(RunConfig, None, ["--name=lora", f"--model.lora={args.lora}", *common])}
+    # names last: FINETUNE_DEFAULTS names its run too, and two runs of one name would share a directory
+    configs = {"full": load_config(RunConfig, None, [*common, "--name=full"]),
+               "lora": load_config(RunConfig, None, [*common, f"--model.lora={args.lora}", "--name=lora"])}
     for cfg in configs.values():
         if any(cfg.run_dir.glob("checkpoint_*")):
             raise SystemExit(f"{cfg.run_dir} holds an earlier run; remove it or pass another --work-dir")
