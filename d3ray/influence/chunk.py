@@ -30,6 +30,7 @@ from d3ray.influence.control_variate import EXTRA_COLUMNS, ControlVariate
 from d3ray.influence.estimators.lookahead import lookahead_influence
 from d3ray.influence.influence import BatchSketches, LookaheadRows, Reference
 from d3ray.influence.optimizer import AdamWState, step_direction
+from d3ray.influence.shards import Shards, reduce_sum
 from d3ray.influence.sketch import Sketch, stable_seed
 from d3ray.influence.statistics import BatchStatistics, CrossEntropyObjective, Params
 
@@ -68,9 +69,10 @@ def batch_vectors(
     config: InfluenceConfig,
     optimizer: AdamWState | None = None,
     moments: tuple[Params, Params] | None = None,
+    shards: Shards | None = None,
 ) -> tuple[float, Vectors]:
     """(η, statistic → name → (1, *shape)) of one batch: g, q = u ⊙ u, h, and u when it is not g."""
-    eta, u = step_direction(config.preconditioner, config.gamma, params, st.grad, optimizer, moments)
+    eta, u = step_direction(config.preconditioner, config.gamma, params, st.grad, optimizer, moments, shards)
     out = {"g": {n: t.unsqueeze(0) for n, t in st.grad.items()}}
     if u is not st.grad:
         out["u"] = {n: t.unsqueeze(0) for n, t in u.items()}
@@ -80,12 +82,15 @@ def batch_vectors(
     return eta, out
 
 
-def sketch_rows(vecs: Vectors, sketch: Sketch, cv: ControlVariate | None, control_variate: bool) -> dict[str, torch.Tensor]:
-    """statistic → (k',) sketch row of one batch, with the control variate when one is given."""
+def sketch_rows(vecs: Vectors, sketch: Sketch, cv: ControlVariate | None, control_variate: bool,
+                shards: Shards | None = None) -> dict[str, torch.Tensor]:
+    """statistic → (k',) sketch row of one batch, with the control variate when one is given; with
+    ``shards`` the vectors are this rank's slices and the rows are summed over ranks (a collective)."""
     stats = list(vecs)
     # One projection of the stacked statistics: the rows/signs of each parameter are looked up once.
     stacked = {n: torch.cat([vecs[s][n] for s in stats]) for n in vecs["g"]}  # name → (len(stats), *shape)
-    projected = sketch.project(stacked)  # (len(stats), k)
+    offsets = None if shards is None else shards.offsets
+    projected = reduce_sum(shards, sketch.project(stacked, offsets))  # (len(stats), k)
     sketches = {s: projected[i : i + 1] for i, s in enumerate(stats)}  # stat → (1, k)
     if control_variate:
         if cv is not None:
@@ -105,6 +110,7 @@ def sketch_chunk(
     reference: Reference | None = None,
     return_means: bool = False,
     optimizer: AdamWState | None = None,
+    shards: Shards | None = None,
 ) -> BatchSketches:
     """Sketch rows of a share of a chunk (Taylor estimators), with the two-pass control variate.
 
@@ -118,6 +124,11 @@ def sketch_chunk(
         reference: control-variate reference shared by all workers of the chunk; None = this call's mean.
         return_means: also return full-dimension means of the vectors (the next chunk's reference).
         optimizer: the snapshot's optimizer state (needed by ``preconditioner: adam``).
+        shards: sharded influence (shards.py): ``statistics``, ``params``, ``optimizer`` and
+            ``reference`` hold this rank's slices (losses and ``finite`` already global); every rank
+            calls with the same batches and gets the unsharded rows; ``means`` stay this rank's slices.
+            Without a reference the control-variate columns are zero (no second pass: keeping a chunk
+            of gradient slices would cost L times the memory of one).
 
     Returns:
         BatchSketches with rows in ``batch_ids`` order; k' = k (+3 with the control variate).
@@ -128,9 +139,10 @@ def sketch_chunk(
     check_optimizer_state(config, optimizer, {n: tuple(p.shape) for n, p in params.items()})
     start = time.perf_counter()
     moments = _moments(config, optimizer, params)
-    deferred = config.control_variate and reference is None
+    deferred = config.control_variate and reference is None and shards is None
     cv = (
-        ControlVariate(reference, sketch, next(iter(params.values())).device, next(iter(params.values())).dtype)
+        ControlVariate(reference, sketch, next(iter(params.values())).device, next(iter(params.values())).dtype,
+                       shards)
         if config.control_variate and reference is not None
         else None
     )
@@ -150,7 +162,7 @@ def sketch_chunk(
             excluded.append(bid)
             logger.warning("influence: batch %s has a non-finite loss or gradient; excluded", bid)
             continue
-        eta, vecs = batch_vectors(st, params, config, optimizer, moments)
+        eta, vecs = batch_vectors(st, params, config, optimizer, moments, shards)
         if return_means or deferred:
             for stat, named in vecs.items():
                 acc = sums.setdefault(stat, {})
@@ -160,7 +172,7 @@ def sketch_chunk(
             pending[r] = vecs
             continue
         t0 = time.perf_counter()
-        rows[r] = sketch_rows(vecs, sketch, cv, config.control_variate)
+        rows[r] = sketch_rows(vecs, sketch, cv, config.control_variate, shards)
         sketch_sec += time.perf_counter() - t0
     n_finite = len(batch_ids) - len(excluded)
     means = None
@@ -173,7 +185,7 @@ def sketch_chunk(
         t0 = time.perf_counter()
         cv = ControlVariate(means, sketch, next(iter(params.values())).device, next(iter(params.values())).dtype)
         for r, vecs in pending.items():
-            rows[r] = sketch_rows(vecs, sketch, cv, config.control_variate)
+            rows[r] = sketch_rows(vecs, sketch, cv, config.control_variate, shards)
         sketch_sec += time.perf_counter() - t0
     width = sketch.dim({n: p.numel() for n, p in params.items()})
     width += EXTRA_COLUMNS if config.control_variate else 0

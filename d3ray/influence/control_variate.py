@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from d3ray.influence.influence import Reference, mean_reference
+from d3ray.influence.shards import Shards, reduce_sum
 from d3ray.influence.sketch import Sketch
 
 logger = logging.getLogger(__name__)
@@ -48,37 +49,47 @@ class ControlVariate:
     """Applies one reference to batches' sketches; see the module docstring for the algebra.
 
     Args:
-        reference: the shared reference (numpy, full dimension).
+        reference: the shared reference (numpy, full dimension; with ``shards``, this rank's slices).
         sketch: the run's sketch P.
         device, dtype: where the statistics live.
+        shards: sharded influence (shards.py): the vectors are this rank's slices, and every norm,
+            projection and dot product is summed over ranks before it is used (each a collective:
+            every rank builds and augments in the same order).
     """
 
     def __init__(
-        self, reference: Reference, sketch: Sketch, device: torch.device, dtype: torch.dtype
+        self, reference: Reference, sketch: Sketch, device: torch.device, dtype: torch.dtype,
+        shards: Shards | None = None,
     ) -> None:
         self.reference_id = reference.reference_id
+        self.shards = shards
+        offsets = None if shards is None else shards.offsets
         self.unit: dict[str, dict[str, torch.Tensor]] = {}
         self.sketched: dict[str, torch.Tensor] = {}  # stat → (k,) P r̂
-        for stat, vecs in reference.vectors.items():
+        for stat in sorted(reference.vectors):  # sorted: the same collective order on every rank
+            vecs = reference.vectors[stat]
             tensors = {n: torch.as_tensor(np.asarray(v), device=device).to(dtype) for n, v in vecs.items()}
-            norm = torch.sqrt(sum((t.double() ** 2).sum() for t in tensors.values()))
+            squares = torch.as_tensor(sum((t.double() ** 2).sum() for t in tensors.values()), dtype=torch.float64)
+            norm = torch.sqrt(reduce_sum(shards, squares))
             if not torch.isfinite(norm) or norm == 0:
                 continue  # no usable direction: this statistic is sketched plainly
             self.unit[stat] = {n: (t / norm.to(dtype)) for n, t in tensors.items()}
-            self.sketched[stat] = sketch.project({n: t.unsqueeze(0) for n, t in self.unit[stat].items()})[0]
+            projected = sketch.project({n: t.unsqueeze(0) for n, t in self.unit[stat].items()}, offsets)[0]
+            self.sketched[stat] = reduce_sum(shards, projected)
 
-    @staticmethod
     def _dot(
-        u: Mapping[str, torch.Tensor] | None, v: Mapping[str, torch.Tensor] | None
+        self, u: Mapping[str, torch.Tensor] | None, v: Mapping[str, torch.Tensor] | None
     ) -> torch.Tensor | float:
-        """⟨u, v⟩ over the parameters both hold; u may carry a leading batch dim (n, *shape) → (n,)."""
+        """⟨u, v⟩ over the parameters both hold; u may carry a leading batch dim (n, *shape) → (n,).
+
+        Whether u or v is None is the same on every rank (the reference directions are global)."""
         if u is None or v is None:
             return 0.0
         total = 0.0
         for name, vt in v.items():
             ut = u[name]
             total = total + (ut * vt).reshape(*ut.shape[: ut.dim() - vt.dim()], -1).sum(-1)
-        return total
+        return reduce_sum(self.shards, torch.as_tensor(total))
 
     def augment(
         self,

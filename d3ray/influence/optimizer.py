@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from d3ray.influence.config import PRECONDITIONERS
+from d3ray.influence.shards import Shards, reduce_sum
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ class AdamWState:
 
 
 def adamw_direction(
-    params: Params, grads: Params, state: AdamWState, moments: tuple[Params, Params]
+    params: Params, grads: Params, state: AdamWState, moments: tuple[Params, Params], shards: Shards | None = None
 ) -> Params:
     """u with Δθ = −lr·u: one AdamW update from ``state`` with gradient g (module docstring).
 
@@ -156,9 +157,12 @@ def adamw_direction(
         grads: name → g.
         state: hyperparameters and step count.
         moments: (m, v) of the same names as tensors (see :meth:`AdamWState.tensors`).
+        shards: when every tensor is one rank's slice (sharded influence): the clip's norm is summed
+            over ranks; everything else is elementwise.
     """
     if state.max_grad_norm > 0:  # the trainers' clip_grad_norm_: coefficient C / (‖g‖ + 1e-6), at most 1
-        norm = torch.sqrt(sum((g.double() ** 2).sum() for g in grads.values()))
+        squares = sum((g.double() ** 2).sum() for g in grads.values())
+        norm = torch.sqrt(reduce_sum(shards, torch.as_tensor(squares, dtype=torch.float64)))
         coef = float(torch.clamp(state.max_grad_norm / (norm + 1e-6), max=1.0))
         grads = {n: g * coef for n, g in grads.items()} if coef < 1.0 else grads
     b1, b2 = state.betas
@@ -180,6 +184,7 @@ def step_direction(
     grads: Params,
     state: AdamWState | None = None,
     moments: tuple[Params, Params] | None = None,
+    shards: Shards | None = None,
 ) -> tuple[float, Params]:
     """(η, u) with Δθ = −η·u for one batch: (γ, g) for ``none`` (u IS g), (lr, AdamW direction) for ``adam``."""
     if preconditioner == "none":
@@ -187,5 +192,5 @@ def step_direction(
     if preconditioner == "adam":
         if state is None or moments is None:
             raise ValueError("preconditioner 'adam' needs the optimizer state of the weights snapshot")
-        return state.lr, adamw_direction(params, grads, state, moments)
+        return state.lr, adamw_direction(params, grads, state, moments, shards)
     raise ValueError(f"preconditioner must be one of {list(PRECONDITIONERS)}, got {preconditioner!r}")

@@ -46,6 +46,33 @@ def _full_shape(p: Any) -> tuple[int, ...]:
     return tuple(p.ds_shape) if hasattr(p, "ds_shape") else tuple(p.shape)
 
 
+def base_optimizer(engine: Any) -> Any:
+    """The torch optimizer of a DeepSpeed engine (ZeRO wraps it as ``engine.optimizer.optimizer``)."""
+    return getattr(engine.optimizer, "optimizer", engine.optimizer)
+
+
+def adamw_hyperparameters(engine: Any) -> dict[str, Any]:
+    """lr (the next step's, after the LR schedule), betas, eps, weight decay and the gradient clip."""
+    group = engine.optimizer.param_groups[0]
+    return {
+        "lr": float(group["lr"]),
+        "betas": (float(group["betas"][0]), float(group["betas"][1])),
+        "eps": float(group["eps"]),
+        "weight_decay": float(group["weight_decay"]),
+        "max_grad_norm": float(engine.gradient_clipping() or 0.0),
+    }
+
+
+def adamw_started(base: Any) -> bool:
+    """Whether the torch optimizer holds Adam moments (torch creates them at the first step)."""
+    return any(isinstance(st, dict) and "exp_avg_sq" in st for st in base.state.values())
+
+
+def adamw_step(base: Any) -> int:
+    """Updates taken so far (the largest per-parameter step count; 0 before the first)."""
+    return max((int(st["step"]) for st in base.state.values() if isinstance(st, dict) and "step" in st), default=0)
+
+
 def snapshot_optimizer_state(engine: Any, zero_stage: int, rank: int) -> AdamWState | None:
     """The AdamW state of a DeepSpeed engine (ZeRO 0-3) by parameter name, on rank 0 (None elsewhere).
 
@@ -57,19 +84,12 @@ def snapshot_optimizer_state(engine: Any, zero_stage: int, rank: int) -> AdamWSt
     """
     from deepspeed.utils import safe_get_full_optimizer_state
 
-    base = getattr(engine.optimizer, "optimizer", engine.optimizer)  # the torch optimizer under ZeRO
+    base = base_optimizer(engine)
     named = _named_trainable(engine)
-    group = engine.optimizer.param_groups[0]
-    hyper = {
-        "lr": float(group["lr"]),
-        "betas": (float(group["betas"][0]), float(group["betas"][1])),
-        "eps": float(group["eps"]),
-        "weight_decay": float(group["weight_decay"]),
-        "max_grad_norm": float(engine.gradient_clipping() or 0.0),
-    }
+    hyper = adamw_hyperparameters(engine)
     # torch creates AdamW's state at the first step; before it (the snapshot a run publishes at start)
     # the state is zeros. Every rank steps together, so all ranks take this branch or none does.
-    if not any(isinstance(st, dict) and "exp_avg_sq" in st for st in base.state.values()):
+    if not adamw_started(base):
         return AdamWState.fresh({n: _full_shape(p) for n, p in named}, **hyper) if rank == 0 else None
     # ZeRO-1/2 link each parameter's optimizer-state fragments lazily, at the first step; a run resumed
     # from a checkpoint holds the loaded state but publishes before its first step: link them now.
@@ -96,8 +116,7 @@ def snapshot_optimizer_state(engine: Any, zero_stage: int, rank: int) -> AdamWSt
             )
     if rank != 0:
         return None
-    steps = [int(st["step"]) for st in base.state.values() if isinstance(st, dict) and "step" in st]
-    state = AdamWState(step=max(steps, default=0), exp_avg=exp_avg, exp_avg_sq=exp_avg_sq, **hyper)
+    state = AdamWState(step=adamw_step(base), exp_avg=exp_avg, exp_avg_sq=exp_avg_sq, **hyper)
     state.check_covers({n: _full_shape(p) for n, p in named})
     return state
 

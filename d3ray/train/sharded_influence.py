@@ -1,0 +1,243 @@
+"""In-trainer influence: the trainer ranks sketch a chunk on their own ZeRO-3 shards.
+
+``schedule.influence_placement: in_trainer`` (D3). Between chunks, every trainer rank scores the
+chunk the coordinator asks for, and no process ever holds the full weights or a full gradient:
+
+    batch i: sampled sequences (sample_rows, as the influence actors) split over the W ranks
+        │ forward + backward on the ZeRO-3 module (DeepSpeed gathers one layer's weights at a time)
+        │ per parameter, as soon as autograd has its gradient: reduce-scatter → this rank's slice
+        │ of the batch gradient (the full tensor is dropped at once: the hook returns a zero view)
+        ▼
+    g slice, θ slice, AdamW m / v slices (the optimizer's own partition) ─► u, q = u ⊙ u slices
+        │ sketch_chunk(..., shards=Shards(offsets, all_reduce))      d3ray/influence/shards.py
+        ▼
+    P g_i, P u_i, ... : (stats, k) summed over ranks (one all-reduce per batch); rank 0 ships the
+    chunk's BatchSketches (L · stats · (k + 3) floats) to the coordinator, nothing else leaves a rank
+
+Why ``torch.autograd.grad`` with tensor hooks and not ``engine.backward``: DeepSpeed's own gradient
+hooks (``register_post_accumulate_grad_hook``) fire only when a gradient is accumulated into
+``.grad``, i.e. in training; ``autograd.grad`` leaves the optimizer's gradient partitions, its
+micro-step counters and the loss scaler untouched, so scoring cannot change training. The module's
+ZeRO-3 gather/release hooks still run; ``engine.empty_partition_cache()`` releases what the skipped
+end-of-backward epilogue would have.
+
+Estimators: ``first_order`` (one backward; with the default AdamW preconditioner it carries the
+order, d3ray/influence/README.md). Not supported here, and why: ``hutchinson`` needs a double
+backward through ZeRO-3's gather hooks; ``fisher`` needs per-sequence gradients, which the
+reduce-scatter sums across ranks (W backwards per sequence to separate them); ``gnb`` draws labels
+from the softmax of the whole sampled batch in one random stream, which the ranks cannot replay on
+their own rows (it would need per-row streams: a different estimator than the actors'); the exact
+``lookahead`` takes steps on full weights.
+
+Control variate: chunk c uses the mean directions of chunk c − 1 as scored here (each rank keeps its
+slices; :meth:`ShardedScorer.state_dict` goes into the rank's checkpoint so a resumed run sketches
+as an uninterrupted one); the first chunk has none (zero extra columns).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from d3ray.influence.chunk import parameter_names, sketch_chunk
+from d3ray.influence.config import InfluenceConfig
+from d3ray.influence.influence import BatchSketches, Reference
+from d3ray.influence.optimizer import AdamWState
+from d3ray.influence.shards import Shards
+from d3ray.influence.statistics import IGNORE_INDEX, BatchStatistics
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SHARDED_ESTIMATORS", "ShardedScorer", "check_sharded_support"]
+
+#: Estimators the in-trainer placement supports (module docstring: why not the others).
+SHARDED_ESTIMATORS = ("first_order",)
+
+
+def check_sharded_support(config: InfluenceConfig) -> None:
+    """Raise ValueError when ``config`` cannot run on parameter shards."""
+    name = config.estimator.type_name
+    if name not in SHARDED_ESTIMATORS:
+        raise ValueError(
+            f"influence_placement in_trainer supports the estimators {list(SHARDED_ESTIMATORS)}, not {name!r} "
+            "(d3ray/train/sharded_influence.py says why); use influence_placement: actors for it"
+        )
+    if config.sketch.type_name == "identity":
+        raise ValueError("influence_placement in_trainer needs a JL sketch (sjlt or gaussian): the identity "
+                         "sketch cannot be split over parameter shards")
+
+
+def _all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    import torch.distributed as dist
+
+    out = tensor.clone()
+    dist.all_reduce(out)
+    return out
+
+
+class ShardedScorer:
+    """Sketches chunks on this rank's ZeRO-3 shards (see the module docstring); every rank calls
+    :meth:`score` with the same batches, in the same order.
+
+    Args:
+        engine: the rank's DeepSpeed engine (ZeRO-3).
+        config: the run's InfluenceConfig (same on every rank).
+        rank, world: this rank and the number of trainer ranks.
+        keep_means: how many chunks' mean directions to keep (staleness + 1 covers a resume).
+        nan_batches: global batch ids whose labels are masked (the ``influence_nan_batches`` drill).
+
+    Raises:
+        ValueError: an unsupported estimator or sketch, a parameter that is not ZeRO-3 partitioned,
+            or a ``param_filter`` that matches nothing.
+    """
+
+    def __init__(self, engine: Any, config: InfluenceConfig, rank: int, world: int, keep_means: int = 2,
+                 nan_batches: Sequence[int] = ()) -> None:
+        check_sharded_support(config)
+        self.engine, self.config, self.rank, self.world = engine, config, rank, world
+        self.keep_means = max(1, keep_means)
+        self.nan_batches = set(nan_batches)
+        named = [(n, p) for n, p in engine.module.named_parameters() if p.requires_grad]
+        names = parameter_names([n for n, _ in named], config.param_filter)
+        if not names:
+            raise ValueError(f"param_filter {config.param_filter!r} matches no trainable parameter")
+        self.params = {n: p for n, p in named if n in set(names)}
+        unpartitioned = [n for n, p in self.params.items() if not hasattr(p, "ds_tensor")]
+        if unpartitioned:
+            raise ValueError(f"in-trainer influence needs ZeRO-3 partitioned parameters; {unpartitioned[:3]} are not")
+        # ZeRO-3 gives rank r elements [r·m, (r+1)·m) of each flattened parameter (m = partition size,
+        # the last rank's slice padded): the offsets of the sketch and the valid length of the slice.
+        self.partition = {n: int(p.ds_tensor.ds_numel) for n, p in self.params.items()}
+        self.valid = {n: max(0, min(m, int(self.params[n].ds_numel) - rank * m)) for n, m in self.partition.items()}
+        self.shards = Shards(offsets={n: rank * m for n, m in self.partition.items()}, reduce=_all_reduce_sum)
+        self.sketch = config.sketch.build()
+        self.means: dict[int, Reference] = {}
+        self.device = next(iter(self.params.values())).ds_tensor.device
+
+    # ---- this rank's slices -------------------------------------------------------------------
+    def _slice(self, name: str, flat: torch.Tensor) -> torch.Tensor:
+        return flat.reshape(-1)[: self.valid[name]].detach().to(torch.float32).clone()
+
+    def local_state(self) -> tuple[dict[str, torch.Tensor], AdamWState | None]:
+        """(θ slices, AdamW state of the slices or None): the optimizer's fp32 partitions, no gather."""
+        from deepspeed.utils import safe_get_local_fp32_param, safe_get_local_optimizer_state
+
+        from d3ray.train.snapshot import adamw_hyperparameters, adamw_started, adamw_step, base_optimizer
+
+        theta = {n: self._slice(n, safe_get_local_fp32_param(p)) for n, p in self.params.items()}
+        if not self.config.needs_optimizer_state:
+            return theta, None
+        base = base_optimizer(self.engine)
+        hyper = adamw_hyperparameters(self.engine)
+        if not adamw_started(base):  # the same on every rank: they step together
+            return theta, AdamWState.fresh({n: (v,) for n, v in self.valid.items()}, **hyper)
+        m = {n: self._slice(n, safe_get_local_optimizer_state(p, "exp_avg")).numpy() for n, p in self.params.items()}
+        v = {n: self._slice(n, safe_get_local_optimizer_state(p, "exp_avg_sq")).numpy() for n, p in self.params.items()}
+        return theta, AdamWState(step=adamw_step(base), exp_avg=m, exp_avg_sq=v, **hyper)
+
+    def gradient_slices(self, input_ids: np.ndarray, labels: np.ndarray) -> BatchStatistics:
+        """Loss and this rank's slice of the gradient of the mean token loss of the sampled sequences.
+
+        Args:
+            input_ids, labels: (b', T) the batch's sampled sequences (every rank passes all of them);
+                rank r runs rows r, r + W, ...; a rank with none runs row 0 with weight 0, because
+                every rank must take part in the same gathers and reduce-scatters.
+        """
+        import torch.distributed as dist
+        import torch.nn.functional as F
+
+        targets = np.asarray(labels)[:, 1:]
+        scored = int((targets != IGNORE_INDEX).sum())  # over all ranks' rows: the mean's denominator
+        rows = list(range(self.rank, input_ids.shape[0], self.world))
+        weight = 1.0 if rows else 0.0
+        rows = rows or [0]
+        ids = torch.as_tensor(np.asarray(input_ids)[rows], dtype=torch.int64, device=self.device)
+        y = torch.as_tensor(targets[rows], dtype=torch.int64, device=self.device)
+        logits = self.engine.module(input_ids=ids).logits[:, :-1].float()
+        loss_sum = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
+                                   ignore_index=IGNORE_INDEX, reduction="sum") * weight
+        # Like the unsharded mean over zero scored tokens (a masked batch): NaN, so the batch is excluded.
+        local = loss_sum * (1.0 / scored if scored else float("nan"))
+        slices: dict[str, torch.Tensor] = {}
+
+        def hook(name: str):
+            m = self.partition[name]
+
+            def reduce_scatter(grad: torch.Tensor) -> torch.Tensor:
+                flat = grad.reshape(-1).to(torch.float32)
+                padded = flat.new_zeros(m * self.world)
+                padded[: flat.numel()] = flat
+                mine = flat.new_empty(m)
+                dist.reduce_scatter_tensor(mine, padded)
+                slices[name] = mine[: self.valid[name]]
+                return grad.new_zeros(()).expand(grad.shape)  # autograd keeps a view of one zero, not the gradient
+
+            return reduce_scatter
+
+        handles = [p.register_hook(hook(n)) for n, p in self.params.items()]
+        try:
+            torch.autograd.grad(local, list(self.params.values()), allow_unused=True)
+        finally:
+            for h in handles:
+                h.remove()
+            self.engine.empty_partition_cache()
+        grads = {n: slices.get(n, torch.zeros(self.valid[n], device=self.device)) for n in self.params}
+        loss = float(_all_reduce_sum(local.detach().to(torch.float64).reshape(1))[0])
+        bad = torch.tensor([0.0 if all(bool(torch.isfinite(g).all()) for g in grads.values()) else 1.0],
+                           dtype=torch.float64)
+        finite = float(_all_reduce_sum(bad)[0]) == 0.0 and np.isfinite(loss)
+        return BatchStatistics(loss=loss, grad=grads, hdiag=None, finite=finite)
+
+    # ---- a chunk ------------------------------------------------------------------------------
+    def _statistics(self, batches: Sequence[Any], batch_ids: Sequence[int]) -> Iterator[BatchStatistics]:
+        from d3ray.data.labels import lm_labels
+        from d3ray.influence.worker import sample_rows
+
+        for batch, bid in zip(batches, batch_ids, strict=True):
+            ids = np.asarray(batch.input_ids, dtype=np.int64)
+            labels = lm_labels(ids, batch.n_tokens, batch.loss_mask)
+            if bid in self.nan_batches:
+                labels[:] = IGNORE_INDEX
+            rows = sample_rows(ids.shape[0], self.config.sample_fraction, self.config.seed, bid)
+            yield self.gradient_slices(ids[rows], labels[rows])
+
+    def score(self, chunk_id: int, batches: Sequence[Any], batch_ids: Sequence[int]) -> BatchSketches:
+        """The chunk's sketches (every rank gets the same rows; rank 0 ships them).
+
+        Args:
+            chunk_id: the chunk (its control-variate reference is chunk_id − 1's means, if kept).
+            batches: the chunk's ``GlobalBatch`` objects, in chunk order.
+            batch_ids: their global batch ids.
+        """
+        start = time.perf_counter()
+        reference = self.means.get(chunk_id - 1) if self.config.control_variate else None
+        theta, optimizer = self.local_state()
+        module = self.engine.module
+        was_training = module.training
+        module.eval()
+        try:
+            out = sketch_chunk(self._statistics(batches, batch_ids), batch_ids, theta, self.config, self.sketch,
+                               reference=reference, return_means=self.config.control_variate,
+                               optimizer=optimizer, shards=self.shards)
+        finally:
+            module.train(was_training)
+        if out.means is not None:
+            self.means[chunk_id] = out.means
+            for old in [c for c in self.means if c <= chunk_id - self.keep_means]:
+                del self.means[old]
+        out.timings["influence/total_sec"] = time.perf_counter() - start
+        return dataclasses.replace(out, means=None)
+
+    # ---- checkpoint ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[int, Reference]:
+        """This rank's kept mean directions (its slices), by chunk id."""
+        return dict(self.means)
+
+    def load_state_dict(self, state: dict[int, Reference]) -> None:
+        self.means = {int(c): ref for c, ref in state.items()}

@@ -1,0 +1,138 @@
+"""Sharded (in-trainer) influence equals the unsharded sketches: 2 real DeepSpeed ZeRO-3 ranks on CPU.
+
+Two processes (gloo) train a tiny GPT-2 for three steps under ZeRO-3, then score two chunks with
+:class:`~d3ray.train.sharded_influence.ShardedScorer`, each rank on its own parameter slices. Rank 0
+then gathers the full weights and AdamW state (the snapshot path) and sketches the same chunks with
+an :class:`~d3ray.influence.worker.InfluenceWorker`: the rows (P g, P u with the AdamW preconditioner,
+and the control variate's exact columns against chunk 0's mean directions) must agree within float32
+rounding, a masked (NaN) batch must be excluded by both, and training must go on afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = r"""
+import dataclasses, json, os, sys
+import numpy as np, torch
+os.environ["DS_ACCELERATOR"] = "cpu"
+import deepspeed
+from d3ray.data.labels import lm_labels
+from d3ray.influence.config import InfluenceConfig, SjltSketchConfig
+from d3ray.influence.worker import InfluenceWorker
+from d3ray.model import ModelConfig, build_model
+from d3ray.schedule.chunker import GlobalBatch
+from d3ray.train.sharded_influence import ShardedScorer
+from d3ray.train.snapshot import snapshot_optimizer_state, snapshot_weights
+
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+torch.set_num_threads(1)
+deepspeed.init_distributed(dist_backend="gloo")
+config_dict = {"model_type": "gpt2", "n_layer": 2, "n_embd": 24, "n_head": 2, "vocab_size": 96, "n_positions": 16,
+               "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+torch.manual_seed(0)
+model = build_model(config_dict, ModelConfig(attn_implementation="eager"))
+ds = {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+      "gradient_clipping": 1.0,
+      "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "betas": [0.9, 0.95], "weight_decay": 0.1, "torch_adam": True}},
+      "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": True}}
+engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds)
+rng = np.random.default_rng(0)
+def batch(seed):
+    r = np.random.default_rng(seed)
+    ids = r.integers(0, 96, size=(8, 16)).astype(np.int32)
+    n = np.full(8, 16, dtype=np.int32); n[3] = 11  # one padded row
+    return GlobalBatch(input_ids=ids, n_tokens=n, sample_ids=tuple(f"s{seed}:{i}" for i in range(8)), domains=("a",) * 8)
+for step in range(3):
+    x = torch.as_tensor(rng.integers(0, 96, size=(2, 16)))
+    engine.backward(engine(input_ids=x, labels=x).loss)
+    engine.step()
+chunks = {0: [batch(10 + i) for i in range(4)], 1: [batch(20 + i) for i in range(4)]}
+ids = {0: [0, 1, 2, 3], 1: [4, 5, 6, 7]}
+nan_batch = 6
+results = {}
+for name, cfg in {
+    "adam_cv": InfluenceConfig(preconditioner="adam", sample_fraction=0.375, sketch=SjltSketchConfig(k=64)),
+    "plain": InfluenceConfig(preconditioner="none", control_variate=False, sample_fraction=0.5, sketch=SjltSketchConfig(k=64)),
+}.items():
+    scorer = ShardedScorer(engine, cfg, rank, world, nan_batches=[nan_batch])
+    sharded = {c: scorer.score(c, chunks[c], ids[c]) for c in (0, 1)}
+    weights = snapshot_weights(engine, 3, rank)
+    state = snapshot_optimizer_state(engine, 3, rank)
+    if rank == 0:
+        worker = InfluenceWorker(config_dict, cfg)
+        def inputs(c):
+            out = []
+            for b, bid in zip(chunks[c], ids[c]):
+                labels = lm_labels(np.asarray(b.input_ids, dtype=np.int64), b.n_tokens, b.loss_mask)
+                if bid == nan_batch:
+                    labels[:] = -100
+                out.append({"input_ids": np.asarray(b.input_ids, dtype=np.int64), "labels": labels})
+            return out
+        first = worker.sketch_batches([weights, state], inputs(0), ids[0], return_means=True)
+        second = worker.sketch_batches([weights, state], inputs(1), ids[1], reference=first.means)
+        k = cfg.sketch.k
+        def err(a, b):
+            return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-12))
+        results[name] = {
+            "excluded": [sharded[1].excluded, second.excluded],
+            "losses": float(np.nanmax(np.abs(sharded[1].losses - second.losses))),
+            "chunk0_plain_G": err(sharded[0].G[:, :k], first.G[:, :k]) if not cfg.control_variate else None,
+            "G": err(sharded[1].G, second.G),
+            "U": None if second.U is None else err(sharded[1].U, second.U),
+            "cv_columns": err(sharded[1].G[:, k:], second.G[:, k:]) if cfg.control_variate else None,
+            "width": [sharded[1].G.shape[1], second.G.shape[1]],
+            "step_size": [sharded[1].step_size, second.step_size],
+            "nonzero": float(np.abs(second.G).max()),
+        }
+x = torch.as_tensor(rng.integers(0, 96, size=(2, 16)))
+loss = engine(input_ids=x, labels=x).loss
+engine.backward(loss)
+engine.step()
+if rank == 0:
+    results["train_after"] = float(loss.detach())
+    print("RESULT " + json.dumps(results), flush=True)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_sharded_sketches_equal_unsharded_under_zero3(tmp_path):
+    port = str(_free_port())
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE="2",
+                   LOCAL_RANK=str(rank), PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+        procs.append(subprocess.Popen([sys.executable, "-c", SCRIPT], env=env, cwd=tmp_path, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(err[-3000:] for _, err in outs)
+    lines = [ln for ln in outs[0][0].splitlines() if ln.startswith("RESULT ")]
+    assert lines, outs[0][1][-3000:]
+    out = json.loads(lines[-1][len("RESULT "):])
+
+    for name, r in ((n, out[n]) for n in ("adam_cv", "plain")):
+        assert r["excluded"] == [[6], [6]], (name, r)  # the masked batch, by both paths
+        assert r["width"][0] == r["width"][1] and r["step_size"][0] == pytest.approx(r["step_size"][1])
+        assert r["nonzero"] > 0
+        assert r["losses"] < 1e-5
+        # float32: the two paths sum the same products in different orders (a reduce-scatter of two
+        # ranks' partial gradients vs one backward); relative to the largest entry.
+        assert r["G"] < 1e-4, (name, r)
+    assert out["adam_cv"]["U"] < 1e-4 and out["adam_cv"]["cv_columns"] < 1e-4
+    assert out["plain"]["U"] is None and out["plain"]["chunk0_plain_G"] < 1e-4
+    assert math.isfinite(out["train_after"])  # training goes on after scoring
