@@ -8,6 +8,8 @@ under ``<run_dir>/.faults/`` survives the process it kills, so the restarted pro
      "solver_exit_at_chunk": 1,        the solver actor exits when asked to order this chunk
      "influence_nan_batches": [5],     these global batch ids reach the influence actors with every
                                        label masked, so their loss is NaN (as a corrupt batch's would be)
+     "trainer_exit_while_scoring_chunk": 3,  trainer rank 0 exits after sketching the first batch of
+                                       this chunk (influence_placement in_trainer)
      "influence_hold_at_chunk": 2}     influence actor 0 holds (once) while scoring this chunk, until
                                        the file release_influence_hold_2 appears under .faults/; the
                                        marker influence_hold_at_chunk_2 says it is holding (so that a
@@ -40,6 +42,7 @@ class FaultPlan:
     solver_exit_at_chunk: int | None = None
     influence_nan_batches: list[int] = field(default_factory=list)
     influence_hold_at_chunk: int | None = None
+    trainer_exit_while_scoring_chunk: int | None = None
 
 
 def load_plan(run_dir: str | Path | None) -> FaultPlan:

@@ -24,9 +24,12 @@ logger = logging.getLogger(__name__)
 
 #: ``none``: Δθ_i = −γ·g_i (the paper); ``adam``: the AdamW step of the shipped optimizer state.
 PRECONDITIONERS = ("none", "adam")
+#: Estimators the in-trainer (sharded) placement supports: one backward, linear over shards.
+SHARDED_ESTIMATORS = ("first_order",)
 
 __all__ = [
     "PRECONDITIONERS",
+    "SHARDED_ESTIMATORS",
     "GaussianSketchConfig",
     "IdentitySketchConfig",
     "InfluenceConfig",
@@ -193,6 +196,19 @@ class InfluenceConfig:
     def needs_optimizer_state(self) -> bool:
         """The weights snapshot must carry the optimizer state (an :class:`AdamWState`)."""
         return self.preconditioner == "adam"
+
+    def check_shardable(self) -> None:
+        """Raise ValueError unless this config can run on parameter shards (``influence_placement:
+        in_trainer``; d3ray/train/sharded_influence.py says why the other estimators cannot)."""
+        if self.estimator.type_name not in SHARDED_ESTIMATORS:
+            raise ValueError(
+                f"influence_placement in_trainer supports the estimators {list(SHARDED_ESTIMATORS)}, not "
+                f"{self.estimator.type_name!r} (d3ray/train/sharded_influence.py says why); use "
+                "influence_placement: actors for it"
+            )
+        if self.sketch.type_name == "identity":
+            raise ValueError("influence_placement in_trainer needs a JL sketch (sjlt or gaussian): the identity "
+                             "sketch cannot be split over parameter shards")
 
     @property
     def gamma_changes_order(self) -> bool:

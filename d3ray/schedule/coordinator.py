@@ -5,6 +5,8 @@
         ▼
     Scheduler.submit(chunk, refs, SubmitContext)   at most ``prefetch_chunks`` chunks ahead
         │  needs.weights:  the snapshot of version c − staleness (published by the trainers)
+        │  needs.sketches: the trainers' own sketches of chunk c at version c − staleness
+        │                  (they fetch its batches with ``sketch_request(c)``, answer ``publish_sketches``)
         │  needs.feedback: observe() the trainers' per-sample losses of every chunk < c − staleness first
         ▼
     get_chunk(chunk_id) ──► DecidedChunk(batches in training order, weights, skipped) ──► every rank
@@ -145,6 +147,8 @@ class ScheduleCoordinator:
         self._slots: dict[int, _Slot] = {}
         self._decided: dict[int, ChunkDecision] = {}
         self._weights: dict[int, list] = {}
+        self._sketches: dict[int, list] = {}  # chunk_id -> [ObjectRef of the trainers' BatchSketches]
+        self._candidates: dict[int, tuple[tuple, list[int]]] = {}  # chunk_id -> (batch refs, batch ids) to sketch
         self._feedback: dict[int, ChunkFeedback] = {}
         self._observed_through = -1
         self._cursors: dict[int, dict[str, Any]] = {}  # chunk_id -> data cursor at its start
@@ -191,6 +195,28 @@ class ScheduleCoordinator:
                 self.state.feedback_chunks += 1
             self._cond.notify_all()
 
+    def sketch_request(self, chunk_id: int) -> tuple[tuple, list[int]] | None:
+        """The batches (refs, global batch ids) of chunk ``chunk_id`` for the trainers to sketch
+        (``needs.sketches``); waits until the chunk is produced. None when it needs no sketches any
+        more: decided (e.g. restored from a checkpoint) or already sketched (trainers that rolled back)."""
+        with self._cond:
+            self._wanted = max(self._wanted, chunk_id)
+            self._cond.notify_all()
+            while True:
+                if chunk_id in self._decided or chunk_id in self._sketches:
+                    return None
+                if chunk_id in self._candidates:
+                    return self._candidates[chunk_id]
+                if self._error is not None:
+                    raise RuntimeError(f"schedule coordinator failed: {type(self._error).__name__}: {self._error}")
+                self._cond.wait(timeout=1.0)
+
+    def publish_sketches(self, chunk_id: int, sketches: list) -> None:
+        """The trainers' sketches of chunk ``chunk_id`` (``[ObjectRef of BatchSketches]``, trainer rank 0)."""
+        with self._cond:
+            self._sketches.setdefault(chunk_id, sketches)
+            self._cond.notify_all()
+
     def release(self, before_chunk_id: int) -> None:
         """Drop chunks with id < ``before_chunk_id`` (they are covered by a checkpoint)."""
         with self._cond:
@@ -203,6 +229,9 @@ class ScheduleCoordinator:
                 del self._weights[v]
             for cid in [c for c in self._cursors if c < before_chunk_id]:
                 del self._cursors[cid]
+            for table in (self._sketches, self._candidates):
+                for cid in [c for c in table if c < before_chunk_id]:
+                    del table[cid]
             self._cond.notify_all()
 
     def publish_weights(self, version: int, weights: list) -> None:
@@ -450,6 +479,12 @@ class ScheduleCoordinator:
             if self._needs.weights:
                 version, weights = self._wait_for_weights(chunk.chunk_id - self._staleness)
                 context = SubmitContext(weights=weights, weights_version=version)
+            elif self._needs.sketches:
+                with self._cond:
+                    self._candidates[chunk.chunk_id] = (refs, list(chunk.batch_ids))
+                    self._cond.notify_all()
+                version = max(0, chunk.chunk_id - self._staleness)
+                context = SubmitContext(sketches=self._wait_for_sketches(chunk.chunk_id), weights_version=version)
             with self._observe_lock:
                 pending = self._scheduler.submit(chunk, refs, context)
         with self._cond:
@@ -476,6 +511,20 @@ class ScheduleCoordinator:
                 if self._seek_to is not None:  # rolled-back trainers will publish it only after an earlier chunk
                     raise _Reseek
                 self._cond.wait(timeout=0.5)
+
+
+    def _wait_for_sketches(self, chunk_id: int) -> list | None:
+        """The trainers' sketches of ``chunk_id`` (waits for them); None past the deadline (the
+        scheduler then falls back)."""
+        start = time.monotonic()
+        with self._cond:
+            while chunk_id not in self._sketches:
+                if self._deadline_s is not None and time.monotonic() - start > self._deadline_s:
+                    return None
+                if self._seek_to is not None:  # rolled-back trainers sketch it only after an earlier chunk
+                    raise _Reseek
+                self._cond.wait(timeout=0.5)
+            return self._sketches[chunk_id]
 
 
 class _Reseek(Exception):

@@ -61,11 +61,14 @@ class Needs:
     mixture: bool = False
     """The scheduler decides the domain mixture of each chunk (``mixture(chunk_id)``): the stream draws
     every chunk by domain (d3ray/data/README.md, "mixed")."""
+    sketches: bool = False
+    """The trainers sketch each chunk themselves at weights version ``chunk_id - staleness`` (in-trainer,
+    sharded influence: ``d3ray.train.sharded_influence``) and the scheduler gets the sketches at submit."""
 
     def __or__(self, other: Needs) -> Needs:
         return Needs(weights=self.weights or other.weights, feedback=self.feedback or other.feedback,
                      optimizer_state=self.optimizer_state or other.optimizer_state,
-                     mixture=self.mixture or other.mixture)
+                     mixture=self.mixture or other.mixture, sketches=self.sketches or other.sketches)
 
 
 @dataclass(frozen=True)
@@ -169,7 +172,9 @@ class SubmitContext:
     weights: list | None = None
     """``[ObjectRef]`` of the weights snapshot of version ``weights_version`` (when ``needs.weights``)."""
     weights_version: int | None = None
-    """Chunks trained before that snapshot."""
+    """Chunks trained before that snapshot (or before the trainers sketched the chunk)."""
+    sketches: list | None = None
+    """``[ObjectRef]`` of the chunk's ``BatchSketches`` computed by the trainers (when ``needs.sketches``)."""
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,9 @@ class WorkerSpec:
     send_feedback: bool
     eval_tasks: list[Any]
     """[ObjectRef of the prepared lm-eval tasks] (``eval.tasks``), or []."""
+    in_trainer_influence: Any = None
+    """An :class:`~d3ray.train.sharded_influence.InTrainerInfluence` when the trainers sketch the chunks
+    themselves (D3 ``influence_placement: in_trainer``), else None."""
 
 
 def publish_snapshot(engine, zero_stage: int, rank: int, coordinator, version: int, optimizer_state: bool) -> None:
@@ -135,18 +138,26 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
         lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, partial(lr_factor, cfg=tcfg)),
     )
 
+    plan = faults.load_plan(cfg.run_dir) if rank == 0 else faults.FaultPlan()
+    scorer = None
+    if spec.in_trainer_influence is not None:
+        from d3ray.train.sharded_influence import ShardedScorer
+
+        nan_batches = faults.load_plan(cfg.run_dir).influence_nan_batches  # every rank masks the same batches
+        scorer = ShardedScorer(engine, spec.in_trainer_influence.config, rank, world, nan_batches=nan_batches)
     state = TrainState()
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as d:
             state = load_checkpoint(engine, Path(d), rank)
+            if scorer is not None:
+                scorer.load(Path(d))
         logger.info("rank %d resumed at step %d, chunk %d+%d", rank, state.step, state.next_chunk, state.position)
     coordinator = spec.coordinator
     if rank == 0 and state.schedule:
         ray.get(coordinator.restore.remote(state.schedule))
 
     run_dir = cfg.run_dir
-    plan = faults.load_plan(run_dir) if rank == 0 else faults.FaultPlan()
     logs = RunLogs(run_dir, state.step, state.next_chunk + (1 if state.position else 0)) if rank == 0 else None
     eval_sets = ray.get(spec.eval_sets[0]) if spec.eval_sets else {}
     eval_tasks = ray.get(spec.eval_tasks[0]) if spec.eval_tasks else []
@@ -154,8 +165,25 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     micro = tcfg.micro_batch_size
     last_eval: dict[str, float] = {}
 
-    if spec.publish_weights:  # the weights the next chunk may be scored at (fresh start or resume)
-        publish_snapshot(engine, tcfg.zero_stage, rank, coordinator, state.next_chunk, spec.publish_optimizer_state)
+    def exit_while_scoring(chunk_id: int, position: int) -> None:
+        if plan.trainer_exit_while_scoring_chunk == chunk_id:
+            faults.exit_once(run_dir, f"trainer_exit_while_scoring_chunk_{chunk_id}",
+                             f"trainer rank 0 exits while sketching batch {position} of chunk {chunk_id}")
+
+    def prepare_next_chunks() -> None:
+        """What the scheduler needs from the trainers at this weights version (state.next_chunk): a
+        weights snapshot, or (in_trainer influence) the sketches of the chunks due now."""
+        if spec.publish_weights:
+            publish_snapshot(engine, tcfg.zero_stage, rank, coordinator, state.next_chunk, spec.publish_optimizer_state)
+        if scorer is not None:
+            from d3ray.train.sharded_influence import sketch_due_chunks
+
+            seconds = sketch_due_chunks(scorer, spec.in_trainer_influence, coordinator, state.next_chunk, rank,
+                                        exit_while_scoring if rank == 0 else None)
+            if logs is not None:
+                logs.log_metrics({"step": state.step, "time/in_trainer_influence_sec": seconds})
+
+    prepare_next_chunks()  # the weights / sketches the first chunks need (fresh start or resume)
 
     def run_eval() -> dict[str, float]:
         if not eval_sets and not eval_tasks:
@@ -257,8 +285,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                     domains=tuple(d for p, ds in enumerate(chunk.domains) if trained[p] for d in ds),
                     losses=chunk_losses[trained].reshape(-1)))
             state.next_chunk, state.position = chunk.chunk_id + 1, 0
-            if spec.publish_weights and state.step < tcfg.steps:
-                publish_snapshot(engine, tcfg.zero_stage, rank, coordinator, state.next_chunk, spec.publish_optimizer_state)
+            if state.step < tcfg.steps:
+                prepare_next_chunks()
         finished = state.step >= tcfg.steps
         if finished:
             last_eval = run_eval()
@@ -271,6 +299,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                        "chunk_id": chunk.chunk_id, **{k: v for k, v in last_eval.items() if np.isfinite(v)}}
             with tempfile.TemporaryDirectory() as d:
                 save_checkpoint(engine, state, Path(d), rank, Path(spec.tokenizer_dir))
+                if scorer is not None:
+                    scorer.save(Path(d))
                 ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
             if rank == 0:
                 coordinator.release.remote(state.next_chunk)

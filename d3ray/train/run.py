@@ -71,6 +71,9 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
     eval_tasks = prepare_eval_tasks(prepared)
     schedule = cfg.schedule
     needs = schedule.needs()
+    if needs.sketches and cfg.train.zero_stage != 3:
+        raise UserError(f"schedule.influence_placement=in_trainer sketches on ZeRO-3 parameter shards: set "
+                        f"--train.zero_stage=3 (got {cfg.train.zero_stage}), or use influence_placement: actors")
     mix_domains = None
     if needs.mixture:  # a mixer: its domains and weights checked against the corpus before Ray starts
         from d3ray.schedule.mix.domains import resolve_mix_domains
@@ -106,7 +109,8 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
         spec = WorkerSpec(cfg=cfg, model_config=model_config, coordinator=coordinator, eval_sets=eval_ref,
                           tokenizer_dir=str(prepared.tokenizer_dir), publish_weights=needs.weights,
                           publish_optimizer_state=needs.optimizer_state, send_feedback=needs.feedback,
-                          eval_tasks=[ray.put(eval_tasks)] if eval_tasks else [])
+                          eval_tasks=[ray.put(eval_tasks)] if eval_tasks else [],
+                          in_trainer_influence=in_trainer_influence(schedule, cfg.train.steps) if needs.sketches else None)
         resources_per_worker = {"CPU": cfg.train.cpus_per_worker, **cfg.train.resources_per_worker}
         if cfg.train.use_gpu:
             resources_per_worker["GPU"] = cfg.train.gpus_per_worker
@@ -173,6 +177,14 @@ def schedule_summary(run_dir: Path) -> dict[str, Any]:
     if skipped:
         out["schedule/skipped_samples"] = skipped
     return out
+
+
+def in_trainer_influence(schedule: Any, steps: int) -> Any:
+    """What the trainers need to sketch the chunks themselves (D3 ``influence_placement: in_trainer``)."""
+    from d3ray.train.sharded_influence import InTrainerInfluence
+
+    return InTrainerInfluence(config=schedule.influence, staleness=schedule.staleness,
+                              total_chunks=-(-steps // schedule.L))
 
 
 def publish_initial_weights(cfg: RunConfig, model_config: dict[str, Any], coordinator: Any,

@@ -39,7 +39,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -54,23 +56,7 @@ from d3ray.influence.statistics import IGNORE_INDEX, BatchStatistics
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SHARDED_ESTIMATORS", "ShardedScorer", "check_sharded_support"]
-
-#: Estimators the in-trainer placement supports (module docstring: why not the others).
-SHARDED_ESTIMATORS = ("first_order",)
-
-
-def check_sharded_support(config: InfluenceConfig) -> None:
-    """Raise ValueError when ``config`` cannot run on parameter shards."""
-    name = config.estimator.type_name
-    if name not in SHARDED_ESTIMATORS:
-        raise ValueError(
-            f"influence_placement in_trainer supports the estimators {list(SHARDED_ESTIMATORS)}, not {name!r} "
-            "(d3ray/train/sharded_influence.py says why); use influence_placement: actors for it"
-        )
-    if config.sketch.type_name == "identity":
-        raise ValueError("influence_placement in_trainer needs a JL sketch (sjlt or gaussian): the identity "
-                         "sketch cannot be split over parameter shards")
+__all__ = ["InTrainerInfluence", "ShardedScorer", "sketch_due_chunks"]
 
 
 def _all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
@@ -99,7 +85,7 @@ class ShardedScorer:
 
     def __init__(self, engine: Any, config: InfluenceConfig, rank: int, world: int, keep_means: int = 2,
                  nan_batches: Sequence[int] = ()) -> None:
-        check_sharded_support(config)
+        config.check_shardable()
         self.engine, self.config, self.rank, self.world = engine, config, rank, world
         self.keep_means = max(1, keep_means)
         self.nan_batches = set(nan_batches)
@@ -195,11 +181,14 @@ class ShardedScorer:
         return BatchStatistics(loss=loss, grad=grads, hdiag=None, finite=finite)
 
     # ---- a chunk ------------------------------------------------------------------------------
-    def _statistics(self, batches: Sequence[Any], batch_ids: Sequence[int]) -> Iterator[BatchStatistics]:
+    def _statistics(self, batches: Sequence[Any], batch_ids: Sequence[int],
+                    after_batch: Callable[[int], None] | None) -> Iterator[BatchStatistics]:
         from d3ray.data.labels import lm_labels
         from d3ray.influence.worker import sample_rows
 
-        for batch, bid in zip(batches, batch_ids, strict=True):
+        for position, (batch, bid) in enumerate(zip(batches, batch_ids, strict=True)):
+            if position and after_batch is not None:
+                after_batch(position)
             ids = np.asarray(batch.input_ids, dtype=np.int64)
             labels = lm_labels(ids, batch.n_tokens, batch.loss_mask)
             if bid in self.nan_batches:
@@ -207,13 +196,16 @@ class ShardedScorer:
             rows = sample_rows(ids.shape[0], self.config.sample_fraction, self.config.seed, bid)
             yield self.gradient_slices(ids[rows], labels[rows])
 
-    def score(self, chunk_id: int, batches: Sequence[Any], batch_ids: Sequence[int]) -> BatchSketches:
+    def score(self, chunk_id: int, batches: Sequence[Any], batch_ids: Sequence[int],
+              after_batch: Callable[[int], None] | None = None) -> BatchSketches:
         """The chunk's sketches (every rank gets the same rows; rank 0 ships them).
 
         Args:
             chunk_id: the chunk (its control-variate reference is chunk_id − 1's means, if kept).
             batches: the chunk's ``GlobalBatch`` objects, in chunk order.
             batch_ids: their global batch ids.
+            after_batch: called with the position of each batch after the first, before it is scored
+                (the ``trainer_exit_while_scoring_chunk`` fault drill).
         """
         start = time.perf_counter()
         reference = self.means.get(chunk_id - 1) if self.config.control_variate else None
@@ -222,7 +214,7 @@ class ShardedScorer:
         was_training = module.training
         module.eval()
         try:
-            out = sketch_chunk(self._statistics(batches, batch_ids), batch_ids, theta, self.config, self.sketch,
+            out = sketch_chunk(self._statistics(batches, batch_ids, after_batch), batch_ids, theta, self.config, self.sketch,
                                reference=reference, return_means=self.config.control_variate,
                                optimizer=optimizer, shards=self.shards)
         finally:
@@ -241,3 +233,58 @@ class ShardedScorer:
 
     def load_state_dict(self, state: dict[int, Reference]) -> None:
         self.means = {int(c): ref for c, ref in state.items()}
+
+    def save(self, directory: Path) -> None:
+        """Write this rank's kept means into a checkpoint directory (``influence_means_rank<r>.pt``)."""
+        torch.save(self.state_dict(), Path(directory) / f"influence_means_rank{self.rank}.pt")
+
+    def load(self, directory: Path) -> None:
+        """Restore this rank's means from a checkpoint directory (none kept: nothing to restore)."""
+        path = Path(directory) / f"influence_means_rank{self.rank}.pt"
+        if path.exists():
+            self.load_state_dict(torch.load(path, weights_only=False))
+
+
+@dataclass(frozen=True)
+class InTrainerInfluence:
+    """What the trainers need to sketch chunks themselves (``WorkerSpec.in_trainer_influence``)."""
+
+    config: InfluenceConfig
+    staleness: int
+    """Chunk c is sketched at weights version max(0, c − staleness) (ScheduleConfig.staleness)."""
+    total_chunks: int
+    """Chunks the run trains; later ones are never sketched."""
+
+    def due(self, version: int) -> list[int]:
+        """Chunks sketched at weights version ``version``: 0..staleness before training, then version + staleness."""
+        chunks = range(self.staleness + 1) if version == 0 else [version + self.staleness]
+        return [c for c in chunks if c < self.total_chunks]
+
+
+def sketch_due_chunks(scorer: ShardedScorer, plan: InTrainerInfluence, coordinator: Any, version: int, rank: int,
+                      exit_while_scoring: Callable[[int, int], None] | None = None) -> float:
+    """Sketch the chunks due at weights ``version`` and hand each chunk's sketches to the coordinator
+    (rank 0); every rank calls. Returns the seconds spent (trainer time, logged as such).
+
+    Rank 0 asks the coordinator for each chunk's batches and tells the other ranks whether there is
+    work (a chunk restored from a checkpoint, or sketched before a rollback, needs none); then every
+    rank fetches the same batches and scores them together.
+    """
+    import ray
+    import torch.distributed as dist
+
+    start = time.perf_counter()
+    for chunk_id in plan.due(version):
+        request = ray.get(coordinator.sketch_request.remote(chunk_id)) if rank == 0 else None
+        flag = [request is not None]
+        dist.broadcast_object_list(flag, src=0)
+        if not flag[0]:
+            continue
+        if rank != 0:  # cannot have changed: the chunk is decided only after every rank sketched it
+            request = ray.get(coordinator.sketch_request.remote(chunk_id))
+        refs, batch_ids = request
+        hook = None if exit_while_scoring is None else (lambda position, c=chunk_id: exit_while_scoring(c, position))
+        sketches = scorer.score(chunk_id, ray.get(list(refs)), batch_ids, after_batch=hook)
+        if rank == 0:
+            coordinator.publish_sketches.remote(chunk_id, [ray.put(sketches)])
+    return time.perf_counter() - start

@@ -28,6 +28,13 @@ class D3ScheduleConfig(ScheduleConfig):
     """Seed of the solver (combined with the chunk id)."""
     solver_pool: SolverPoolConfig = field(default_factory=lambda: SolverPoolConfig(num_cpus=0.25))
     """Solver actors: count, CPUs, custom resources (pin to CPU nodes), restarts."""
+    influence_placement: Literal["actors", "in_trainer"] = "actors"
+    """Where the influence of a chunk is computed. ``actors``: InfluenceWorker actors that each hold a
+    full model replica, fed a weights snapshot every chunk (cheapest for small models). ``in_trainer``:
+    the trainer ranks sketch the chunk themselves between chunks on their ZeRO-3 parameter shards
+    (``train.zero_stage: 3``, estimator ``first_order``): no weights move and no process holds a full
+    model, at the cost of trainer time (d3ray/train/sharded_influence.py; the influence_* actor
+    fields below are then unused)."""
     influence_actors: int = 1
     """InfluenceWorker actors; a chunk's batches are split across them."""
     influence_num_cpus: float = 1.0
@@ -52,15 +59,28 @@ class D3ScheduleConfig(ScheduleConfig):
             raise ValueError(f"schedule.influence_nice={self.influence_nice} must be in 0..19")
         if self.influence_actors < 1:
             raise ValueError(f"schedule.influence_actors={self.influence_actors} must be >= 1")
+        if self.influence_placement not in ("actors", "in_trainer"):
+            raise ValueError(f"schedule.influence_placement={self.influence_placement!r} must be actors or in_trainer")
+        if self.in_trainer:
+            self.influence.check_shardable()
+
+    @property
+    def in_trainer(self) -> bool:
+        """The trainers sketch each chunk on their shards (``influence_placement: in_trainer``)."""
+        return self.influence_placement == "in_trainer"
 
     def needs(self) -> Needs:
+        if self.in_trainer:
+            return Needs(sketches=True)
         return Needs(weights=True, optimizer_state=self.influence.needs_optimizer_state)
 
     def actor_requests(self) -> list[ActorRequest]:
+        solver = ActorRequest("solver", self.solver_pool.num_actors,
+                              {"CPU": self.solver_pool.num_cpus, **self.solver_pool.resources})
+        if self.in_trainer:
+            return [solver]
         influence = {"CPU": self.influence_num_cpus, "GPU": self.influence_num_gpus, **self.influence_resources}
-        solver = {"CPU": self.solver_pool.num_cpus, **self.solver_pool.resources}
-        return [ActorRequest("influence", self.influence_actors, influence),
-                ActorRequest("solver", self.solver_pool.num_actors, solver)]
+        return [ActorRequest("influence", self.influence_actors, influence), solver]
 
     def summary_fields(self) -> dict[str, str]:
         return {"gamma_changes_order": "yes" if self.influence.gamma_changes_order else "no"}

@@ -124,6 +124,12 @@ class DrillSolverWorker(SolverWorker):
         return super().solve(key, S, init, seed)
 
 
+def _sketch_bytes(part: Any) -> int:
+    """Bytes of a worker's part as shipped to the merge: sketch rows (or look-ahead rows) and losses."""
+    arrays = [getattr(part, name, None) for name in ("G", "Q", "H", "U", "A_rows", "losses")]
+    return sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
+
+
 def assemble_influence(estimator: EstimatorConfig, batch_ids: list[int], *parts: Any):
     """Merge the workers' parts into S (L, L); also the info for the log and the next reference.
 
@@ -135,7 +141,8 @@ def assemble_influence(estimator: EstimatorConfig, batch_ids: list[int], *parts:
 
     means = [p.means for p in parts if getattr(p, "means", None) is not None]
     reference = mean_reference(means) if means else None
-    info: dict[str, Any] = {"influence_sec": max(p.timings.get("influence/total_sec", 0.0) for p in parts)}
+    info: dict[str, Any] = {"influence_sec": max(p.timings.get("influence/total_sec", 0.0) for p in parts),
+                            "sketch_bytes": int(sum(_sketch_bytes(p) for p in parts))}
     try:
         _, S, excluded = estimator.merge(parts, batch_ids)
     except ValueError as err:
@@ -163,7 +170,7 @@ class D3Scheduler(SchedulerBase):
         if cfg.influence_resources:
             opts["resources"] = dict(cfg.influence_resources)
         remote = ray.remote(ChunkInfluenceWorker)
-        self.influence_actors = [
+        self.influence_actors = [] if cfg.in_trainer else [  # in_trainer: the trainers sketch (context.sketches)
             remote.options(name=f"d3ray:{ctx.run_name}:influence:{i}", get_if_exists=False, **opts)
             .remote(ctx.model_config, cfg.influence, ctx.run_dir, i, cfg.influence_nice, ctx.model.lora)
             for i in range(cfg.influence_actors)
@@ -182,7 +189,9 @@ class D3Scheduler(SchedulerBase):
 
     def submit(self, chunk: Chunk, batch_refs: tuple, context: SubmitContext) -> PendingDecision:
         n = chunk.size
-        if context.weights is None:
+        if self.cfg.in_trainer and context.sketches is None:
+            return Decided(_fallback(chunk, None, "no sketches from the trainers in time"))
+        if not self.cfg.in_trainer and context.weights is None:
             return Decided(_fallback(chunk, None, "no weights snapshot published in time"))
         refs = list(batch_refs)
         if len(refs) != n:
@@ -191,7 +200,9 @@ class D3Scheduler(SchedulerBase):
         actors = self.influence_actors
         weights = context.weights
         started = time.perf_counter()
-        if self.cfg.influence.estimator.is_exact_lookahead:
+        if self.cfg.in_trainer:
+            parts = list(context.sketches)  # the trainers' sketches of the whole chunk (one part)
+        elif self.cfg.influence.estimator.is_exact_lookahead:
             parts = [a.lookahead_chunk.remote(chunk.chunk_id, weights, refs, ids, ids[k::len(actors)])
                      for k, a in enumerate(actors) if ids[k::len(actors)]]
         else:  # several workers share a chunk only once a common reference (the last chunk's) exists
@@ -250,6 +261,7 @@ class D3Pending:
         from ray.exceptions import GetTimeoutError, RayError
 
         base = {"scheduler": "d3", "estimator": self.cfg.influence.estimator.describe(),
+                "influence_placement": self.cfg.influence_placement,
                 "solver": self.cfg.solver.type_name, "staleness": self.cfg.staleness}
         S = None
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
