@@ -191,7 +191,8 @@ def sketch_chunk(
     width += EXTRA_COLUMNS if config.control_variate else 0
     dtype = next(iter(params.values())).dtype
     out_dtype = np.float64 if dtype == torch.float64 else np.float32
-    names = ("g", "q", "h", "u") if config.needs_optimizer_state else ("g", "q", "h")
+    # Without a curvature estimate Q and H are zero: not shipped (None), the merge takes them as zeros.
+    names = ("g",) + (("q", "h") if config.estimator.has_curvature else ()) + (("u",) if config.needs_optimizer_state else ())
     mats = {s: np.zeros((len(batch_ids), width), dtype=out_dtype) for s in names}
     for r, row in rows.items():
         for stat, vec in row.items():
@@ -201,8 +202,8 @@ def sketch_chunk(
     return BatchSketches(
         batch_ids=list(batch_ids),
         G=mats["g"],
-        Q=mats["q"],
-        H=mats["h"],
+        Q=mats.get("q"),
+        H=mats.get("h"),
         U=mats.get("u"),
         step_size=float(eta),
         losses=np.asarray(losses, dtype=np.float64),

@@ -99,8 +99,8 @@ class BatchSketches:
     Attributes:
         batch_ids: (n,) ids of the batches, in row order.
         G: (n, k') rows P g_i (k' = k, or k + 3 with the control variate); zero for excluded batches.
-        Q: (n, k') rows P(u_i ⊙ u_i) (u = g for the plain step).
-        H: (n, k') rows P h_i (zero for ``first_order``).
+        Q: (n, k') rows P(u_i ⊙ u_i) (u = g for the plain step); None when H is (no curvature).
+        H: (n, k') rows P h_i; None for ``first_order`` (no second-order term: nothing to ship).
         losses: (n,) ℓ(B_i; θ) on the sampled sequences (NaN/inf kept for excluded batches).
         excluded: ids of the batches whose loss or statistics were not finite.
         timings: seconds per phase, keys ``influence/<phase>_sec``.
@@ -116,8 +116,8 @@ class BatchSketches:
 
     batch_ids: list[int]
     G: np.ndarray
-    Q: np.ndarray
-    H: np.ndarray
+    Q: np.ndarray | None
+    H: np.ndarray | None
     losses: np.ndarray
     excluded: list[int] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
@@ -214,7 +214,7 @@ def influence_from_sketches(
     first = parts[0]
 
     def signature(p: BatchSketches) -> tuple:
-        return p.sketch_id, p.estimator, p.G.shape[1], p.step_size, p.U is None
+        return p.sketch_id, p.estimator, p.G.shape[1], p.step_size, p.U is None, p.H is None
 
     for p in parts[1:]:
         if signature(p) != signature(first):
@@ -234,6 +234,8 @@ def influence_from_sketches(
         raise ValueError(f"influence_from_sketches: order has ids without sketches or duplicates: {missing}")
 
     def stack(attr: str) -> np.ndarray:
+        if getattr(first, attr) is None:  # Q, H of an estimator without curvature: zero
+            return np.zeros((len(order), first.G.shape[1]))
         return np.stack([getattr(parts[where[b][0]], attr)[where[b][1]] for b in order]).astype(np.float64)
 
     G, Q, H = stack("G"), stack("Q"), stack("H")

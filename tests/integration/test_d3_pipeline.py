@@ -112,3 +112,37 @@ def test_d3_influence_solver_and_trainer_failures_in_one_run_complete_exactly_on
     assert [schedule[c]["weights_version"] for c in sorted(schedule)] == [0] + list(range(len(schedule) - 1))
     assert not any(r["fallback"] for r in schedule.values()), "retried tasks on restarted actors made every order"
     assert len(read_jsonl(cfg.run_dir / "schedule_log.jsonl")) == len(schedule), "rolled back, no duplicates"
+
+
+def test_d3_in_trainer_sharded_influence_survives_a_trainer_killed_while_scoring(
+        ray_cluster, corpus, produced_chunks, tmp_path):
+    """influence_placement in_trainer under ZeRO-3: the two trainers sketch each next chunk on their
+    parameter shards (no influence actors, no weights snapshots). Trainer rank 0 is killed while
+    sketching chunk 3; Ray Train rolls both back to the checkpoint after chunk 0 and the run completes
+    exactly once, every chunk ordered (no fallback), the masked batch excluded by the sharded path,
+    and only the sketches (a few KB) shipped per chunk."""
+    from d3ray.train.run import run_pretrain
+
+    cfg = d3_config(corpus, tmp_path, "in_trainer", "--schedule.influence_placement=in_trainer",
+                    "--train.zero_stage=3", "--train.max_failures=1")
+    write_plan(cfg.run_dir, FaultPlan(trainer_exit_while_scoring_chunk=3, influence_nan_batches=[5]))
+    final = run_pretrain(cfg)
+    assert final["steps"] == STEPS
+    assert marker(cfg.run_dir, "trainer_exit_while_scoring_chunk_3").exists(), "the drill did fire"
+    schedule = assert_exactly_once_in_logged_order(cfg.run_dir, produced_chunks, STEPS, L)
+    assert [schedule[c]["weights_version"] for c in sorted(schedule)] == [0] + list(range(len(schedule) - 1))
+    assert not any(r["fallback"] for r in schedule.values())
+    assert all(r["influence_placement"] == "in_trainer" for r in schedule.values())
+    assert schedule[1]["excluded_batches"] == [5] and all(schedule[c]["excluded_batches"] == [] for c in (0, 2, 3))
+    assert all(r["cost_after"] <= r["cost_stream"] + 1e-12 for r in schedule.values())
+    assert json.loads((cfg.run_dir / "placement.json").read_text())["influence"] == []  # no influence actors
+    # What leaves the trainers per chunk: the sketch rows P g, P u (k + 3 control-variate columns, float32;
+    # first_order ships no Q, H) and the losses: nothing that grows with the model. Against what the
+    # snapshot mode ships for this config (float32 weights + AdamW m and v) that is under 1%.
+    k = cfg.schedule.influence.sketch.k
+    assert {r["sketch_bytes"] for r in schedule.values()} == {L * (2 * (k + 3) * 4 + 8)}
+    from d3ray.data.tokenizer import load_tokenizer
+    from d3ray.model import ModelConfig, build_model, model_config_dict
+
+    model = build_model(model_config_dict(ModelConfig(), len(load_tokenizer(corpus[1])), 64, 0), ModelConfig())
+    assert L * (2 * (k + 3) * 4 + 8) <= 0.01 * 3 * 4 * sum(p.numel() for p in model.parameters())
