@@ -5,7 +5,8 @@ Two processes (gloo) train a tiny GPT-2 for three steps under ZeRO-3, then score
 then gathers the full weights and AdamW state (the snapshot path) and sketches the same chunks with
 an :class:`~d3ray.influence.worker.InfluenceWorker`: the rows (P g, P u with the AdamW preconditioner,
 and the control variate's exact columns against chunk 0's mean directions) must agree within float32
-rounding, a masked (NaN) batch must be excluded by both, and training must go on afterwards.
+rounding, a masked (NaN) batch must be excluded by both, a scorer restored from the saved means must
+sketch bit-identically (a resumed trainer), and training must go on afterwards.
 """
 
 from __future__ import annotations
@@ -67,6 +68,11 @@ for name, cfg in {
 }.items():
     scorer = ShardedScorer(engine, cfg, rank, world, nan_batches=[nan_batch])
     sharded = {c: scorer.score(c, chunks[c], ids[c]) for c in (0, 1)}
+    # a trainer restarted from a checkpoint: a new scorer with the saved means sketches chunk 1 alike
+    scorer.save(os.getcwd())
+    resumed = ShardedScorer(engine, cfg, rank, world, nan_batches=[nan_batch])
+    resumed.load(os.getcwd())
+    again = resumed.score(1, chunks[1], ids[1])
     weights = snapshot_weights(engine, 3, rank)
     state = snapshot_optimizer_state(engine, 3, rank)
     if rank == 0:
@@ -94,6 +100,7 @@ for name, cfg in {
             "width": [sharded[1].G.shape[1], second.G.shape[1]],
             "step_size": [sharded[1].step_size, second.step_size],
             "nonzero": float(np.abs(second.G).max()),
+            "resumed_equal": bool(np.array_equal(again.G, sharded[1].G) and (again.U is None or np.array_equal(again.U, sharded[1].U))),
         }
 x = torch.as_tensor(rng.integers(0, 96, size=(2, 16)))
 loss = engine(input_ids=x, labels=x).loss
@@ -133,6 +140,7 @@ def test_sharded_sketches_equal_unsharded_under_zero3(tmp_path):
         # float32: the two paths sum the same products in different orders (a reduce-scatter of two
         # ranks' partial gradients vs one backward); relative to the largest entry.
         assert r["G"] < 1e-4, (name, r)
+        assert r["resumed_equal"], name  # the means in the checkpoint make a resumed rank sketch identically
     assert out["adam_cv"]["U"] < 1e-4 and out["adam_cv"]["cv_columns"] < 1e-4
     assert out["plain"]["U"] is None and out["plain"]["chunk0_plain_G"] < 1e-4
     assert math.isfinite(out["train_after"])  # training goes on after scoring
