@@ -118,10 +118,18 @@ def copy_equivalent_bytes(measured: MeasuredConstants) -> float:
     return timing.coordinate_sec * measured.copy_bytes_per_sec
 
 
-def projected_gpu(kind: str, measured: MeasuredConstants) -> DeviceConstants:
-    """A GPU of ``GPU_SPECS`` with the module's assumptions; every derived number is tagged a projection."""
+def projected_gpu(kind: str, measured: MeasuredConstants, coordinate_bytes: float | None = None) -> DeviceConstants:
+    """A GPU of ``GPU_SPECS`` with the module's assumptions; every derived number is tagged a projection.
+
+    Args:
+        kind: a key of ``GPU_SPECS``.
+        measured: this machine's constants (the per-coordinate work and the host's Ray rates).
+        coordinate_bytes: bytes of memory traffic per coordinate instead of the measured copy-equivalent
+            (a what-if, e.g. a fused AdamW-direction + sketch kernel that reads g, θ, m, v once).
+    """
     spec = GPU_SPECS[kind]
-    coord_bytes = copy_equivalent_bytes(measured)
+    coord_bytes = copy_equivalent_bytes(measured) if coordinate_bytes is None else coordinate_bytes
+    measured_where = f"measured on {measured.device}" if coordinate_bytes is None else "given"
     host = f"measured: ray.put / ray.get on {measured.device} (a GPU node's host is faster: conservative)"
     return DeviceConstants(
         name=spec.name, memory_bytes=spec.memory_bytes, peak_flops=spec.peak_flops, mfu_train=MFU_TRAIN,
@@ -136,8 +144,8 @@ def projected_gpu(kind: str, measured: MeasuredConstants) -> DeviceConstants:
             "mfu_train": f"projection: assumed {MFU_TRAIN:.0%}",
             "mfu_influence": (f"projection: assumed {MFU_INFLUENCE:.0%}, a bf16 influence forward+backward (today's "
                               "float32 worker: at most 67/989 of peak without TF32)"),
-            "coordinate_sec": (f"projection: {coord_bytes:.0f} copy-equivalent bytes per coordinate (measured on "
-                               f"{measured.device}) at {HBM_EFFICIENCY:.0%} of {spec.hbm_bytes_per_sec / 1e12:.2f} TB/s HBM"),
+            "coordinate_sec": (f"projection: {coord_bytes:.0f} copy-equivalent bytes per coordinate ({measured_where}) "
+                               f"at {HBM_EFFICIENCY:.0%} of {spec.hbm_bytes_per_sec / 1e12:.2f} TB/s HBM"),
             "put_bytes_per_sec": host, "get_bytes_per_sec": host,
             "host_device_bytes_per_sec": "projection: PCIe Gen5 x16, pageable",
             "object_bytes_per_sec": "projection: Ray object transfer, 100 Gb/s front-end NIC at ~50%",

@@ -56,6 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="measured GPU constants (bench/gpu_check.sh); used when the file exists")
     parser.add_argument("--write-gpu-constants", type=Path,
                         help="on a GPU (--device cuda): write the measured GPU constants here")
+    parser.add_argument("--coordinate-bytes", type=float,
+                        help="what-if for the projection: memory bytes per coordinate of the O(N) influence work "
+                             "(default: the measured copy-equivalent)")
     parser.add_argument("--train-gpus", type=int, help=f"trainer GPUs for every architecture (default {DEFAULT_TRAIN_GPUS})")
     parser.add_argument("--cpu-ranks", type=int, default=2, help="trainer ranks of the model on this machine")
     parser.add_argument("--L", type=int, default=8, help="batches per chunk")
@@ -175,7 +178,7 @@ def _gpu_devices(args: argparse.Namespace, measured: Any) -> list[DeviceConstant
     if args.gpu_constants and args.gpu_constants.is_file():
         print(f"GPU constants from {args.gpu_constants}")
         return [devices.load_device(args.gpu_constants)]
-    return [devices.projected_gpu(kind, measured) for kind in kinds]
+    return [devices.projected_gpu(kind, measured, args.coordinate_bytes) for kind in kinds]
 
 
 def _gpu_kind(device_name: str, fallback: str) -> str:

@@ -36,6 +36,8 @@ def test_capacity_projected_gpu_carries_the_copy_equivalent_bytes_to_hbm():
     assert dev.coordinate_sec == pytest.approx(coord_bytes / (GPU_SPECS["h100"].hbm_bytes_per_sec * HBM_EFFICIENCY))
     assert {"mfu_train", "mfu_influence", "coordinate_sec", "inter_node_bytes_per_sec"} <= set(dev.projected_fields)
     assert dev.provenance["peak_flops"].startswith("spec")
+    fused = projected_gpu("h100", _measured(), coordinate_bytes=64)  # the what-if of --coordinate-bytes
+    assert fused.coordinate_sec == pytest.approx(64 / (3.35e12 * HBM_EFFICIENCY))
 
 
 def test_capacity_measured_gpu_replaces_compute_projections_and_keeps_links_projected():
