@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The GPU path in one script, for a single-GPU machine (about 8 minutes on one H100/H200):
+# The GPU path in one script, for a single-GPU machine (about 10 minutes on one H100/H200):
 #   1. a GPT-2 124M D3 run of a few chunks: ZeRO-3, bf16, NCCL, SDPA attention for training,
 #      influence actor on a fractional GPU (eager attention for its Hessian-vector products),
 #      ZeRO-3 16-bit weight gathering for the snapshots;
 #   2. the influence benchmark (cost ratio vs a training step, fidelity) in quick mode;
-#   3. the pipeline benchmark (D3 vs random order: throughput ratio, trainer wait) on GPU.
+#   3. the pipeline benchmark (D3 vs random order: throughput ratio, trainer wait) on GPU;
+#   4. the influence capacity benchmark on the GPU: writes $OUT/gpu_constants.json (memory, the MFU of a
+#      bf16 training step and of the influence forward+backward, influence seconds per coordinate, this
+#      host's ray.put/get), which `d3ray bench influence-capacity --gpu-constants FILE` then uses in place
+#      of its projections (the interconnect stays projected: one GPU has no peer).
 # Prints tokens/s, influence cost ratio and trainer wait; JSON lands in $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,19 +27,23 @@ GPU_TRAIN=(model.preset=gpt2-124m model.attn_implementation=sdpa data.seq_len=51
 GPU_D3=(schedule.influence_num_gpus=0.25 schedule.influence_num_cpus=2 schedule.influence.sketch.type=gaussian
   schedule.solver_pool.num_cpus=1)
 
-echo "== 1/3 GPT-2 124M D3 run (ZeRO-3, bf16, NCCL)"
+echo "== 1/4 GPT-2 124M D3 run (ZeRO-3, bf16, NCCL)"
 time d3ray pretrain --name=gpu-d3 --output_dir="$OUT" --train.steps=48 --schedule.type=d3 --schedule.L=8 \
   --schedule.influence.sketch.k=3500 --schedule.influence.sample_fraction=0.25 \
   "${GPU_TRAIN[@]/#/--}" "${GPU_D3[@]/#/--}" "${DATA_ARGS[@]}" | tee "$OUT/pretrain.log" | grep -E "^step|^eval|finished|ppl|fallback" || true
 
-echo "== 2/3 influence benchmark"
+echo "== 2/4 influence benchmark"
 d3ray bench influence --quick --out "$OUT/influence.json"
 
-echo "== 3/3 pipeline benchmark (D3 vs random order)"
+echo "== 3/4 pipeline benchmark (D3 vs random order)"
 d3ray bench pipeline --scheduler d3 --out "$OUT/pipeline.json" --work-dir "$OUT/pipeline" --steps 48 --L 8 \
   --set=schedule.influence.sketch.k=3500 --set=schedule.influence.sample_fraction=0.25 \
   --set=schedule.influence.param_filter=. --set=schedule.influence_nice=0 "${GPU_D3[@]/#/--set=}" \
   "${GPU_TRAIN[@]}" "${DATA_ARGS[@]/#--/}"
+
+echo "== 4/4 influence capacity: GPU constants of the capacity model"
+d3ray bench influence-capacity --device cuda --models small,gpt2-124m --batch-size 32 --seq-len 512 --threads 0 \
+  --write-gpu-constants "$OUT/gpu_constants.json" --out "$OUT/influence_capacity.json"
 
 python - "$OUT" <<'PY'
 import json, sys, pathlib
@@ -47,5 +55,10 @@ print(f"pipeline: throughput_ratio {pipe['throughput_ratio']:.3f}, trainer_wait_
 inf = json.loads((out / "influence.json").read_text())
 rows = inf if isinstance(inf, list) else inf.get("records", [])
 for r in rows:
-    print(f"influence {r.get('model')} {r['estimator']:<12} k={r['k']:<5} cost_ratio {r['cost_ratio']:.2f} regret {r.get('regret')}")
+    # records of d3ray bench influence: variant, preconditioner, cost_ratio, regret_L<chunk> (quick: L = 4)
+    print(f"influence {r.get('model')} {str(r.get('variant')):<12} {str(r.get('preconditioner')):<5} cost_ratio {r.get('cost_ratio')} "
+          f"regret {r.get('regret_L4')}")
+gpu = json.loads((out / "gpu_constants.json").read_text())
+print(f"capacity constants ({gpu['name']}): mfu_train {gpu['mfu_train']:.3f}, mfu_influence {gpu['mfu_influence']:.3f}, "
+      f"coordinate_sec {gpu['coordinate_sec']:.3g}; on the CPU box: d3ray bench influence-capacity --gpu-constants {out}/gpu_constants.json")
 PY

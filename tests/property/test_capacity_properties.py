@@ -1,0 +1,130 @@
+"""Monotonicity of the capacity model, and its two searches against brute force (Hypothesis)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from d3ray.bench.capacity_arch import Architecture, activation_bytes, param_count
+from d3ray.bench.capacity_model import (
+    DeviceConstants,
+    InfluenceLoad,
+    actor_memory_floor,
+    in_trainer_extra_memory,
+    in_trainer_plan,
+    in_trainer_wait_sec,
+    scored_sequences,
+    snapshot_plan,
+    snapshot_wait_sec,
+    train_step_sec,
+)
+
+SETTINGS = settings(max_examples=40, deadline=None)
+
+
+@st.composite
+def architectures(draw) -> Architecture:
+    family = draw(st.sampled_from(["gpt2", "llama"]))
+    kv = draw(st.integers(1, 4))
+    heads = kv * draw(st.integers(1, 4))
+    return Architecture(
+        name="drawn", family=family, layers=draw(st.integers(1, 8)), hidden=heads * draw(st.integers(1, 64)),
+        heads=heads, kv_heads=kv if family == "llama" else heads, ffn=draw(st.integers(1, 512)),
+        vocab=draw(st.integers(2, 5000)), seq_len=draw(st.integers(2, 512)),
+        tied_embeddings=draw(st.booleans()), batch_sequences=draw(st.integers(1, 64)),
+        micro_batch=draw(st.integers(1, 8)), source="hypothesis",
+    )
+
+
+rates = st.floats(1e3, 1e12)
+devices = st.builds(
+    DeviceConstants, name=st.just("drawn"), memory_bytes=st.floats(1e3, 1e15), peak_flops=rates,
+    mfu_train=st.floats(0.05, 1.0), mfu_influence=st.floats(0.05, 1.0), coordinate_sec=st.floats(0, 1e-6),
+    put_bytes_per_sec=rates, get_bytes_per_sec=rates, host_device_bytes_per_sec=rates, object_bytes_per_sec=rates,
+    intra_node_bytes_per_sec=rates, inter_node_bytes_per_sec=rates, devices_per_node=st.integers(1, 8),
+    collective_latency_sec=st.floats(0, 1e-3),
+)
+loads = st.builds(
+    InfluenceLoad, L=st.integers(1, 16), sample_fraction=st.floats(0.01, 1.0), k=st.integers(1, 4000),
+    wait_target=st.floats(0.001, 0.5),
+)
+
+
+@SETTINGS
+@given(arch=architectures(), more=st.integers(1, 4))
+def test_capacity_param_count_grows_with_depth_width_and_vocabulary(arch, more):
+    assert param_count(replace(arch, layers=arch.layers + more)) > param_count(arch)
+    assert param_count(replace(arch, vocab=arch.vocab + more)) > param_count(arch)
+    assert param_count(replace(arch, ffn=arch.ffn + more)) > param_count(arch)
+    assert activation_bytes(arch, 2, eager_attention=True) >= activation_bytes(arch, 2, eager_attention=False)
+
+
+@SETTINGS
+@given(arch=architectures(), dev=devices, ranks=st.integers(1, 64), more=st.integers(1, 64))
+def test_capacity_train_step_shrinks_with_more_ranks(arch, dev, ranks, more):
+    assert train_step_sec(arch, dev, ranks + more) < train_step_sec(arch, dev, ranks)
+
+
+@SETTINGS
+@given(arch=architectures(), dev=devices, load=loads, ranks=st.integers(1, 32), a=st.integers(1, 64),
+       b=st.integers(1, 64))
+def test_capacity_in_trainer_wait_grows_with_scored_sequences(arch, dev, load, ranks, a, b):
+    lo, hi = sorted((a, b))
+    assert in_trainer_wait_sec(arch, load, dev, ranks, lo) <= in_trainer_wait_sec(arch, load, dev, ranks, hi)
+
+
+@SETTINGS
+@given(arch=architectures(), dev=devices, load=loads, ranks=st.integers(1, 32), f=st.floats(0.01, 1.0))
+def test_capacity_snapshot_wait_and_memory_grow_with_sample_fraction(arch, dev, load, ranks, f):
+    lo, hi = sorted((f, load.sample_fraction))
+    small, large = replace(load, sample_fraction=lo), replace(load, sample_fraction=hi)
+    for actors in (1, load.L):
+        assert snapshot_wait_sec(arch, small, dev, ranks, actors) <= snapshot_wait_sec(arch, large, dev, ranks, actors)
+    assert actor_memory_floor(arch, small).total <= actor_memory_floor(arch, large).total
+
+
+@SETTINGS
+@given(arch=architectures(), load=loads, ranks=st.integers(1, 64), more=st.integers(1, 64))
+def test_capacity_in_trainer_extra_memory_shrinks_with_more_ranks(arch, load, ranks, more):
+    assert in_trainer_extra_memory(arch, load, ranks + more).total <= in_trainer_extra_memory(arch, load, ranks).total
+
+
+@SETTINGS
+@given(arch=architectures(), dev=devices, load=loads, ranks=st.integers(1, 32))
+def test_capacity_in_trainer_plan_is_the_largest_fraction_within_the_target(arch, dev, load, ranks):
+    plan = in_trainer_plan(arch, load, dev, ranks)
+    budget = load.wait_target * plan.chunk_train_sec
+    fits = [n for n in range(1, arch.batch_sequences + 1) if in_trainer_wait_sec(arch, load, dev, ranks, n) <= budget]
+    expected = max(fits) / arch.batch_sequences if fits else None
+    assert plan.max_sample_fraction == expected
+    at_default = in_trainer_wait_sec(arch, load, dev, ranks)
+    assert math.isclose(plan.wait_sec, at_default)
+    if plan.max_sample_fraction is not None:
+        # the configured s fits exactly when it scores no more sequences than the largest fitting n
+        fitting = scored_sequences(arch.batch_sequences, load.sample_fraction) <= max(fits)
+        assert (plan.wait_sec <= budget) == fitting
+
+
+@SETTINGS
+@given(arch=architectures(), dev=devices, load=loads, ranks=st.integers(1, 32), tighter=st.floats(0.1, 1.0))
+def test_capacity_plans_never_loosen_with_a_tighter_target(arch, dev, load, ranks, tighter):
+    strict = replace(load, wait_target=load.wait_target * tighter)
+    loose_s, strict_s = (in_trainer_plan(arch, x, dev, ranks).max_sample_fraction for x in (load, strict))
+    assert strict_s is None or (loose_s is not None and strict_s <= loose_s)
+    loose_g, strict_g = (snapshot_plan(arch, x, dev, ranks).actors for x in (load, strict))
+    assert strict_g is None or (loose_g is not None and strict_g >= loose_g)
+
+
+@SETTINGS
+@given(arch=architectures(), dev=devices, load=loads, ranks=st.integers(1, 32))
+def test_capacity_snapshot_plan_is_the_fewest_actors_within_the_target(arch, dev, load, ranks):
+    plan = snapshot_plan(arch, load, dev, ranks)
+    budget = load.wait_target * plan.chunk_train_sec
+    fits = [G for G in range(1, load.L + 1) if snapshot_wait_sec(arch, load, dev, ranks, G) <= budget]
+    if plan.memory_floor.total > dev.memory_bytes:
+        assert plan.actors is None
+    else:
+        assert plan.actors == (min(fits) if fits else None)
