@@ -63,17 +63,23 @@ def configure_logging(level: str) -> None:
     root.setLevel(min(handler.level, logging.INFO))
 
 
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The command line → the command's namespace; ``args.overrides`` holds the dotted config overrides:
+    those a command parses itself (a positional ``overrides``) and the unparsed ``--key=value``s."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "accepts_overrides", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.overrides = list(getattr(args, "overrides", None) or []) + extra
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     from d3ray.errors import UserError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
-    argv = [a for a in argv if a != "--debug"]
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra and not getattr(args, "accepts_overrides", False):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    args.overrides = extra
+    args = parse_args([a for a in argv if a != "--debug"])
     configure_logging(args.log_level)
     try:
         result = args.func(args)

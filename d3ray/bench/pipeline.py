@@ -63,6 +63,17 @@ def step_seconds_by_position(metrics: list[dict[str, Any]], L: int) -> list[floa
     return [s / n if n else None for s, n in zip(sums, counts, strict=True)]
 
 
+def _model_numel(run_dir: Path) -> int | None:
+    """Parameters of the run's model (from its last checkpoint's model.json), or None without one."""
+    described = sorted(run_dir.glob("checkpoint_*/model.json"))
+    if not described:
+        return None
+    from d3ray.model import ModelConfig, build_model
+
+    model = build_model(json.loads(described[-1].read_text())["config"], ModelConfig())
+    return sum(p.numel() for p in model.parameters())
+
+
 def _summarise(run_dir: Path, final: dict[str, Any], L: int) -> dict[str, Any]:
     from d3ray.run_files import read_jsonl
 
@@ -88,6 +99,17 @@ def _summarise(run_dir: Path, final: dict[str, Any], L: int) -> dict[str, Any]:
     # influence + solve, which nothing can overlap).
     first_wait = float(waits[0]) if len(waits) else 0.0
     out["steady_tokens_per_sec"] = out["tokens"] / max(train_s - first_wait, 1e-9)
+    scoring = [r["time/in_trainer_influence_sec"] for r in read_jsonl(run_dir / "metrics.jsonl")
+               if r.get("time/in_trainer_influence_sec") is not None]
+    if scoring:  # influence_placement in_trainer: trainer time spent sketching (not wait)
+        out["in_trainer_influence_sec"] = float(sum(scoring))
+        out["in_trainer_influence_fraction"] = float(sum(scoring) / train_s)
+    if any("sketch_bytes" in r for r in schedule):
+        out["sketch_bytes_per_chunk"] = float(np.mean([r["sketch_bytes"] for r in schedule if "sketch_bytes" in r]))
+        numel = _model_numel(run_dir)
+        if numel:
+            out["full_weight_snapshot_bytes_fp32"] = 4 * numel
+            out["sketch_bytes_vs_fp32_snapshot"] = out["sketch_bytes_per_chunk"] / (4 * numel)
     if any("influence_sec" in r for r in schedule):
         inf = [r["influence_sec"] for r in schedule if "influence_sec" in r]
         sol = [r["solver_sec"] for r in schedule if "solver_sec" in r]
@@ -155,6 +177,12 @@ def run(args: argparse.Namespace) -> int:
           f"step_sec_ratio {report['step_sec_ratio']:.3f} | trainer_wait_fraction "
           f"{report['trainer_wait_fraction']:.3f} ({report['trainer_wait_fraction_after_first_chunk']:.3f} after "
           f"chunk 0; target < 0.02) | fallbacks {mine.get('fallbacks')}")
+    if "in_trainer_influence_fraction" in mine:
+        print(f"in-trainer sketching {mine['in_trainer_influence_fraction']:.1%} of training time (trainer time, "
+              f"not wait)")
+    if "sketch_bytes_vs_fp32_snapshot" in mine:
+        print(f"sketch bytes per chunk {mine['sketch_bytes_per_chunk']:.0f} = "
+              f"{mine['sketch_bytes_vs_fp32_snapshot']:.2%} of a float32 full-weight snapshot")
     if "influence_sec_per_chunk" in mine:
         print(f"influence {mine['influence_sec_per_chunk']} s/chunk, solver {mine['solver_sec_per_chunk']} s/chunk, "
               f"S-cost reduction {mine['mean_cost_reduction']}")

@@ -51,3 +51,16 @@ def test_cli_bad_matrix_file_names_the_file(capsys, tmp_path: Path) -> None:
 def test_cli_debug_shows_the_traceback(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="train.stepz"):
         main(["pretrain", f"--output_dir={tmp_path}", "--train.stepz=3", "--debug"])
+
+
+def test_positional_overrides_of_a_benchmark_reach_it():
+    """``d3ray bench pipeline KEY=VALUE ...``: the positional overrides apply to both runs (they were
+    once replaced by the empty list of unparsed arguments, silently running the defaults)."""
+    from d3ray.cli import parse_args
+
+    args = parse_args(["bench", "pipeline", "train.zero_stage=3", "--out", "x.json",
+                       "--set", "schedule.influence_placement=in_trainer"])
+    assert args.overrides == ["train.zero_stage=3"]
+    assert args.sets == ["schedule.influence_placement=in_trainer"]
+    pretrain = parse_args(["pretrain", "--train.steps=5"])
+    assert pretrain.overrides == ["--train.steps=5"]
