@@ -104,12 +104,12 @@ def _summarise(run_dir: Path, final: dict[str, Any], L: int) -> dict[str, Any]:
     if scoring:  # influence_placement in_trainer: trainer time spent sketching (not wait)
         out["in_trainer_influence_sec"] = float(sum(scoring))
         out["in_trainer_influence_fraction"] = float(sum(scoring) / train_s)
-    if any("sketch_bytes" in r for r in schedule):
-        out["sketch_bytes_per_chunk"] = float(np.mean([r["sketch_bytes"] for r in schedule if "sketch_bytes" in r]))
+    if any("influence_bytes" in r for r in schedule):
+        out["influence_bytes_per_chunk"] = float(np.mean([r["influence_bytes"] for r in schedule if "influence_bytes" in r]))
         numel = _model_numel(run_dir)
         if numel:
             out["full_weight_snapshot_bytes_fp32"] = 4 * numel
-            out["sketch_bytes_vs_fp32_snapshot"] = out["sketch_bytes_per_chunk"] / (4 * numel)
+            out["influence_bytes_vs_fp32_snapshot"] = out["influence_bytes_per_chunk"] / (4 * numel)
     if any("influence_sec" in r for r in schedule):
         inf = [r["influence_sec"] for r in schedule if "influence_sec" in r]
         sol = [r["solver_sec"] for r in schedule if "solver_sec" in r]
@@ -180,9 +180,9 @@ def run(args: argparse.Namespace) -> int:
     if "in_trainer_influence_fraction" in mine:
         print(f"in-trainer sketching {mine['in_trainer_influence_fraction']:.1%} of training time (trainer time, "
               f"not wait)")
-    if "sketch_bytes_vs_fp32_snapshot" in mine:
-        print(f"sketch bytes per chunk {mine['sketch_bytes_per_chunk']:.0f} = "
-              f"{mine['sketch_bytes_vs_fp32_snapshot']:.2%} of a float32 full-weight snapshot")
+    if "influence_bytes_vs_fp32_snapshot" in mine:
+        print(f"influence bytes per chunk (to the scheduler) {mine['influence_bytes_per_chunk']:.0f} = "
+              f"{mine['influence_bytes_vs_fp32_snapshot']:.3%} of a float32 full-weight snapshot")
     if "influence_sec_per_chunk" in mine:
         print(f"influence {mine['influence_sec_per_chunk']} s/chunk, solver {mine['solver_sec_per_chunk']} s/chunk, "
               f"S-cost reduction {mine['mean_cost_reduction']}")

@@ -38,6 +38,7 @@ __all__ = [
     "Reference",
     "mean_reference",
     "influence_from_lookahead",
+    "ChunkInfluence",
     "influence_from_sketches",
     "influence_matrices",
     "nonfinite_rows",
@@ -126,6 +127,26 @@ class BatchSketches:
     U: np.ndarray | None = None
     sketch_id: str = ""
     means: Reference | None = None
+
+
+@dataclass(frozen=True)
+class ChunkInfluence:
+    """A whole chunk's S, merged where its sketches were made (the trainers, ``influence_placement:
+    in_trainer``): L² numbers leave the trainers instead of L · stats · k sketch rows.
+
+    Attributes:
+        batch_ids: the chunk's batch ids (row/column order of S).
+        S: (L, L) float64, S = Aᵀ − A.
+        excluded: batch ids with a non-finite loss or statistic (zero row and column).
+        losses: (L,) the batches' losses on the sampled sequences.
+        timings: seconds per phase (``influence/total_sec``).
+    """
+
+    batch_ids: list[int]
+    S: np.ndarray
+    excluded: list[int]
+    losses: np.ndarray
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -5,8 +5,8 @@
         ▼
     Scheduler.submit(chunk, refs, SubmitContext)   at most ``prefetch_chunks`` chunks ahead
         │  needs.weights:  the snapshot of version c − staleness (published by the trainers)
-        │  needs.sketches: the trainers' own sketches of chunk c at version c − staleness
-        │                  (they fetch its batches with ``sketch_request(c)``, answer ``publish_sketches``)
+        │  needs.sketches: the trainers sketch chunk c at version c − staleness, and send its S
+        │                  (they fetch its batches with ``sketch_request(c)``, answer ``publish_influence``)
         │  needs.feedback: observe() the trainers' per-sample losses of every chunk < c − staleness first
         ▼
     get_chunk(chunk_id) ──► DecidedChunk(batches in training order, weights, skipped) ──► every rank
@@ -147,7 +147,7 @@ class ScheduleCoordinator:
         self._slots: dict[int, _Slot] = {}
         self._decided: dict[int, ChunkDecision] = {}
         self._weights: dict[int, list] = {}
-        self._sketches: dict[int, list] = {}  # chunk_id -> [ObjectRef of the trainers' BatchSketches]
+        self._influence: dict[int, list] = {}  # chunk_id -> [ObjectRef of the trainers' ChunkInfluence]
         self._candidates: dict[int, tuple[tuple, list[int]]] = {}  # chunk_id -> (batch refs, batch ids) to sketch
         self._feedback: dict[int, ChunkFeedback] = {}
         self._observed_through = -1
@@ -203,7 +203,7 @@ class ScheduleCoordinator:
             self._wanted = max(self._wanted, chunk_id)
             self._cond.notify_all()
             while True:
-                if chunk_id in self._decided or chunk_id in self._sketches:
+                if chunk_id in self._decided or chunk_id in self._influence:
                     return None
                 if chunk_id in self._candidates:
                     return self._candidates[chunk_id]
@@ -211,10 +211,10 @@ class ScheduleCoordinator:
                     raise RuntimeError(f"schedule coordinator failed: {type(self._error).__name__}: {self._error}")
                 self._cond.wait(timeout=1.0)
 
-    def publish_sketches(self, chunk_id: int, sketches: list) -> None:
-        """The trainers' sketches of chunk ``chunk_id`` (``[ObjectRef of BatchSketches]``, trainer rank 0)."""
+    def publish_influence(self, chunk_id: int, influence: list) -> None:
+        """The trainers' influence of chunk ``chunk_id`` (``[ObjectRef of ChunkInfluence]``, trainer rank 0)."""
         with self._cond:
-            self._sketches.setdefault(chunk_id, sketches)
+            self._influence.setdefault(chunk_id, influence)
             self._cond.notify_all()
 
     def release(self, before_chunk_id: int) -> None:
@@ -229,7 +229,7 @@ class ScheduleCoordinator:
                 del self._weights[v]
             for cid in [c for c in self._cursors if c < before_chunk_id]:
                 del self._cursors[cid]
-            for table in (self._sketches, self._candidates):
+            for table in (self._influence, self._candidates):
                 for cid in [c for c in table if c < before_chunk_id]:
                     del table[cid]
             self._cond.notify_all()
@@ -484,7 +484,7 @@ class ScheduleCoordinator:
                     self._candidates[chunk.chunk_id] = (refs, list(chunk.batch_ids))
                     self._cond.notify_all()
                 version = max(0, chunk.chunk_id - self._staleness)
-                context = SubmitContext(sketches=self._wait_for_sketches(chunk.chunk_id), weights_version=version)
+                context = SubmitContext(influence=self._wait_for_influence(chunk.chunk_id), weights_version=version)
             with self._observe_lock:
                 pending = self._scheduler.submit(chunk, refs, context)
         with self._cond:
@@ -513,18 +513,18 @@ class ScheduleCoordinator:
                 self._cond.wait(timeout=0.5)
 
 
-    def _wait_for_sketches(self, chunk_id: int) -> list | None:
-        """The trainers' sketches of ``chunk_id`` (waits for them); None past the deadline (the
+    def _wait_for_influence(self, chunk_id: int) -> list | None:
+        """The trainers' influence of ``chunk_id`` (waits for it); None past the deadline (the
         scheduler then falls back)."""
         start = time.monotonic()
         with self._cond:
-            while chunk_id not in self._sketches:
+            while chunk_id not in self._influence:
                 if self._deadline_s is not None and time.monotonic() - start > self._deadline_s:
                     return None
                 if self._seek_to is not None:  # rolled-back trainers sketch it only after an earlier chunk
                     raise _Reseek
                 self._cond.wait(timeout=0.5)
-            return self._sketches[chunk_id]
+            return self._influence[chunk_id]
 
 
 class _Reseek(Exception):

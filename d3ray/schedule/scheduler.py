@@ -63,7 +63,7 @@ class Needs:
     every chunk by domain (d3ray/data/README.md, "mixed")."""
     sketches: bool = False
     """The trainers sketch each chunk themselves at weights version ``chunk_id - staleness`` (in-trainer,
-    sharded influence: ``d3ray.train.sharded_influence``) and the scheduler gets the sketches at submit."""
+    sharded influence: ``d3ray.train.sharded_influence``) and the scheduler gets the chunk's S at submit."""
 
     def __or__(self, other: Needs) -> Needs:
         return Needs(weights=self.weights or other.weights, feedback=self.feedback or other.feedback,
@@ -173,8 +173,8 @@ class SubmitContext:
     """``[ObjectRef]`` of the weights snapshot of version ``weights_version`` (when ``needs.weights``)."""
     weights_version: int | None = None
     """Chunks trained before that snapshot (or before the trainers sketched the chunk)."""
-    sketches: list | None = None
-    """``[ObjectRef]`` of the chunk's ``BatchSketches`` computed by the trainers (when ``needs.sketches``)."""
+    influence: list | None = None
+    """``[ObjectRef]`` of the chunk's ``ChunkInfluence`` (S) from the trainers (when ``needs.sketches``)."""
 
 
 @dataclass(frozen=True)

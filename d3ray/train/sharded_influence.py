@@ -12,8 +12,8 @@ chunk the coordinator asks for, and no process ever holds the full weights or a 
     g slice, θ slice, AdamW m / v slices (the optimizer's own partition) ─► u, q = u ⊙ u slices
         │ sketch_chunk(..., shards=Shards(offsets, all_reduce))      d3ray/influence/shards.py
         ▼
-    P g_i, P u_i, ... : (stats, k) summed over ranks (one all-reduce per batch); rank 0 ships the
-    chunk's BatchSketches (L · stats · (k + 3) floats) to the coordinator, nothing else leaves a rank
+    P g_i, P u_i, ... : (stats, k) summed over ranks (one all-reduce per batch); rank 0 merges them
+    into the chunk's S (ChunkInfluence: L² numbers) for the coordinator; nothing else leaves a rank
 
 No process holds the full weights; a full-size gradient exists only one bucket at a time.
 
@@ -52,7 +52,7 @@ import torch
 
 from d3ray.influence.chunk import parameter_names, sketch_chunk
 from d3ray.influence.config import InfluenceConfig
-from d3ray.influence.influence import BatchSketches, Reference
+from d3ray.influence.influence import BatchSketches, ChunkInfluence, Reference
 from d3ray.influence.optimizer import AdamWState
 from d3ray.influence.shards import Shards
 from d3ray.influence.statistics import IGNORE_INDEX, BatchStatistics
@@ -307,8 +307,8 @@ class InTrainerInfluence:
 
 def sketch_due_chunks(scorer: ShardedScorer, plan: InTrainerInfluence, coordinator: Any, version: int, rank: int,
                       exit_while_scoring: Callable[[int, int], None] | None = None) -> float:
-    """Sketch the chunks due at weights ``version`` and hand each chunk's sketches to the coordinator
-    (rank 0); every rank calls. Returns the seconds spent (trainer time, logged as such).
+    """Sketch the chunks due at weights ``version`` and hand each chunk's S to the coordinator (rank 0
+    merges the sketches); every rank calls. Returns the seconds spent (trainer time, logged as such).
 
     Rank 0 asks the coordinator for each chunk's batches and tells the other ranks whether there is
     work (a chunk restored from a checkpoint, or sketched before a rollback, needs none); then every
@@ -329,6 +329,9 @@ def sketch_due_chunks(scorer: ShardedScorer, plan: InTrainerInfluence, coordinat
         refs, batch_ids = request
         hook = None if exit_while_scoring is None else (lambda position, c=chunk_id: exit_while_scoring(c, position))
         sketches = scorer.score(chunk_id, ray.get(list(refs)), batch_ids, after_batch=hook)
-        if rank == 0:
-            coordinator.publish_sketches.remote(chunk_id, [ray.put(sketches)])
+        if rank == 0:  # merged here: S (L² numbers) leaves the trainers, not the sketch rows
+            _, S, excluded = plan.config.estimator.merge([sketches], list(batch_ids))
+            influence = ChunkInfluence(batch_ids=list(batch_ids), S=S, excluded=excluded, losses=sketches.losses,
+                                       timings=dict(sketches.timings))
+            coordinator.publish_influence.remote(chunk_id, [ray.put(influence)])
     return time.perf_counter() - start

@@ -124,7 +124,18 @@ class DrillSolverWorker(SolverWorker):
         return super().solve(key, S, init, seed)
 
 
-def _sketch_bytes(part: Any) -> int:
+def take_trainer_influence(batch_ids: list[int], influence: Any):
+    """(S, info, None) from the trainers' ChunkInfluence (``influence_placement: in_trainer``), checked
+    against the chunk's batch ids (a mismatch falls back, with the reason in the schedule log)."""
+    info: dict[str, Any] = {"influence_sec": float(influence.timings.get("influence/total_sec", 0.0)),
+                            "influence_bytes": int(influence.S.nbytes + influence.losses.nbytes)}
+    if list(influence.batch_ids) != list(batch_ids):
+        return None, {**info, "error": f"trainer influence is for batches {influence.batch_ids}, not {batch_ids}"}, None
+    info["excluded_batches"] = [int(b) for b in influence.excluded]
+    return influence.S, info, None
+
+
+def _part_bytes(part: Any) -> int:
     """Bytes of a worker's part as shipped to the merge: sketch rows (or look-ahead rows) and losses."""
     arrays = [getattr(part, name, None) for name in ("G", "Q", "H", "U", "A_rows", "losses")]
     return sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
@@ -142,7 +153,7 @@ def assemble_influence(estimator: EstimatorConfig, batch_ids: list[int], *parts:
     means = [p.means for p in parts if getattr(p, "means", None) is not None]
     reference = mean_reference(means) if means else None
     info: dict[str, Any] = {"influence_sec": max(p.timings.get("influence/total_sec", 0.0) for p in parts),
-                            "sketch_bytes": int(sum(_sketch_bytes(p) for p in parts))}
+                            "influence_bytes": int(sum(_part_bytes(p) for p in parts))}
     try:
         _, S, excluded = estimator.merge(parts, batch_ids)
     except ValueError as err:
@@ -170,7 +181,7 @@ class D3Scheduler(SchedulerBase):
         if cfg.influence_resources:
             opts["resources"] = dict(cfg.influence_resources)
         remote = ray.remote(ChunkInfluenceWorker)
-        self.influence_actors = [] if cfg.in_trainer else [  # in_trainer: the trainers sketch (context.sketches)
+        self.influence_actors = [] if cfg.in_trainer else [  # in_trainer: the trainers sketch (context.influence)
             remote.options(name=f"d3ray:{ctx.run_name}:influence:{i}", get_if_exists=False, **opts)
             .remote(ctx.model_config, cfg.influence, ctx.run_dir, i, cfg.influence_nice, ctx.model.lora)
             for i in range(cfg.influence_actors)
@@ -182,6 +193,7 @@ class D3Scheduler(SchedulerBase):
         else:
             self.solver_pool = cfg.solver_pool.build(cfg.solver)
         self._assemble = ray.remote(num_cpus=0, max_retries=2)(assemble_influence)
+        self._take_trainer_influence = ray.remote(num_cpus=0, max_retries=2)(take_trainer_influence)
         self._reference: list | None = None
         # Only a pool of several influence workers needs a shared control-variate reference.
         self._keeps_reference = (len(self.influence_actors) > 1 and cfg.influence.control_variate
@@ -189,8 +201,8 @@ class D3Scheduler(SchedulerBase):
 
     def submit(self, chunk: Chunk, batch_refs: tuple, context: SubmitContext) -> PendingDecision:
         n = chunk.size
-        if self.cfg.in_trainer and context.sketches is None:
-            return Decided(_fallback(chunk, None, "no sketches from the trainers in time"))
+        if self.cfg.in_trainer and context.influence is None:
+            return Decided(_fallback(chunk, None, "no influence from the trainers in time"))
         if not self.cfg.in_trainer and context.weights is None:
             return Decided(_fallback(chunk, None, "no weights snapshot published in time"))
         refs = list(batch_refs)
@@ -200,9 +212,11 @@ class D3Scheduler(SchedulerBase):
         actors = self.influence_actors
         weights = context.weights
         started = time.perf_counter()
-        if self.cfg.in_trainer:
-            parts = list(context.sketches)  # the trainers' sketches of the whole chunk (one part)
-        elif self.cfg.influence.estimator.is_exact_lookahead:
+        if self.cfg.in_trainer:  # the trainers' S of the whole chunk
+            S_ref, info_ref, _ = self._take_trainer_influence.options(num_returns=3).remote(ids, context.influence[0])
+            solve_ref = self.solver_pool.submit(chunk.chunk_id, S_ref, seed=self.seed * 1_000_003 + chunk.chunk_id)
+            return D3Pending(self.cfg, chunk.chunk_id, n, S_ref, info_ref, solve_ref, started)
+        if self.cfg.influence.estimator.is_exact_lookahead:
             parts = [a.lookahead_chunk.remote(chunk.chunk_id, weights, refs, ids, ids[k::len(actors)])
                      for k, a in enumerate(actors) if ids[k::len(actors)]]
         else:  # several workers share a chunk only once a common reference (the last chunk's) exists
