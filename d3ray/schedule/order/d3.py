@@ -193,7 +193,6 @@ class D3Scheduler(SchedulerBase):
         else:
             self.solver_pool = cfg.solver_pool.build(cfg.solver)
         self._assemble = ray.remote(num_cpus=0, max_retries=2)(assemble_influence)
-        self._take_trainer_influence = ray.remote(num_cpus=0, max_retries=2)(take_trainer_influence)
         self._reference: list | None = None
         # Only a pool of several influence workers needs a shared control-variate reference.
         self._keeps_reference = (len(self.influence_actors) > 1 and cfg.influence.control_variate
@@ -212,8 +211,11 @@ class D3Scheduler(SchedulerBase):
         actors = self.influence_actors
         weights = context.weights
         started = time.perf_counter()
-        if self.cfg.in_trainer:  # the trainers' S of the whole chunk
-            S_ref, info_ref, _ = self._take_trainer_influence.options(num_returns=3).remote(ids, context.influence[0])
+        if self.cfg.in_trainer:  # the trainers' S of the whole chunk: here already (a few hundred bytes)
+            import ray
+
+            S, info, _ = take_trainer_influence(ids, ray.get(context.influence[0]))
+            S_ref, info_ref = ray.put(S), ray.put(info)
             solve_ref = self.solver_pool.submit(chunk.chunk_id, S_ref, seed=self.seed * 1_000_003 + chunk.chunk_id)
             return D3Pending(self.cfg, chunk.chunk_id, n, S_ref, info_ref, solve_ref, started)
         if self.cfg.influence.estimator.is_exact_lookahead:
