@@ -37,8 +37,11 @@ logger = logging.getLogger(__name__)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="JSON file to write")
     parser.add_argument("--work-dir", default="runs/bench_pipeline", help="where the two runs are written")
-    parser.add_argument("--steps", type=int, default=96, help="optimizer steps of each run")
-    parser.add_argument("--L", type=int, default=8, help="chunk length")
+    parser.add_argument("--config", default=None,
+                        help="a run config YAML both runs start from (e.g. jobs/configs/redpajama_sample.yaml); "
+                             "its steps and L unless --steps / --L are given")
+    parser.add_argument("--steps", type=int, default=None, help="optimizer steps of each run (default 96, or --config's)")
+    parser.add_argument("--L", type=int, default=None, help="chunk length (default 8, or --config's)")
     parser.add_argument("--scheduler", default="d3", help="the scheduler to measure against random order (default d3)")
     parser.add_argument("--quick", action="store_true", help="16 steps, L=4 (a smoke test of the benchmark)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
@@ -122,19 +125,36 @@ def _summarise(run_dir: Path, final: dict[str, Any], L: int) -> dict[str, Any]:
     return out
 
 
-def run(args: argparse.Namespace) -> int:
-    from d3ray.cluster import start_ray, worker_env
+def bench_configs(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(random-order run, scheduler run): the same data, model, trainers and steps; ``--config`` is the
+    base of both (its schedule section only when it already is the measured scheduler), ``--steps`` /
+    ``--L`` / ``--quick`` and the positional overrides apply to both, ``--set`` to the scheduler's run."""
     from d3ray.config import RunConfig
-    from d3ray.config_loading import load_config, to_dict
+    from d3ray.config_loading import load_config
 
-    steps, L = (16, 4) if args.quick else (args.steps, args.L)
+    base = load_config(RunConfig, args.config, []) if args.config else None
+    if args.quick:
+        steps, L = 16, 4
+    else:
+        steps = args.steps or (base.train.steps if base else 96)
+        L = args.L or (base.schedule.L if base else 8)
     name = args.scheduler
     work = Path(args.work_dir).resolve()
     common = [f"--output_dir={work}", f"--train.steps={steps}", f"--schedule.L={L}", "--train.eval_every=0",
-              "--eval.max_sequences_per_domain=4", *[f"--{o}" for o in args.overrides]]
-    random_cfg = load_config(RunConfig, None, ["--name=random", "--schedule.type=random", *common])
-    sched_cfg = load_config(RunConfig, None, [f"--name={name}", f"--schedule.type={name}", *common,
-                                              *[f"--{o}" for o in args.sets]])
+              *([] if base else ["--eval.max_sequences_per_domain=4"]), *[f"--{o}" for o in args.overrides]]
+    keep = base is not None and base.schedule.type_name == name
+    random_cfg = load_config(RunConfig, args.config, ["--name=random", "--schedule.type=random", *common])
+    sched_cfg = load_config(RunConfig, args.config, [f"--name={name}", *([] if keep else [f"--schedule.type={name}"]),
+                                                     *common, *[f"--{o}" for o in args.sets]])
+    return random_cfg, sched_cfg
+
+
+def run(args: argparse.Namespace) -> int:
+    from d3ray.cluster import start_ray, worker_env
+    from d3ray.config_loading import to_dict
+
+    random_cfg, sched_cfg = bench_configs(args)
+    steps, L, name = sched_cfg.train.steps, sched_cfg.schedule.L, args.scheduler
     for cfg in (random_cfg, sched_cfg):
         if cfg.run_dir.exists() and any(cfg.run_dir.glob("checkpoint_*")):
             raise SystemExit(f"{cfg.run_dir} holds an earlier run; remove it or pass another --work-dir")

@@ -14,3 +14,26 @@ def test_step_seconds_by_position_averages_each_position_of_the_chunk():
 def test_step_seconds_by_position_marks_positions_never_reached():
     rows = [{"step": 1, "time/step_sec": 0.2}]
     assert step_seconds_by_position(rows, L=2) == [0.2, None]
+
+
+def test_bench_configs_start_both_runs_from_the_shipped_real_data_config(tmp_path):
+    """``--config jobs/configs/redpajama_sample.yaml``: both runs read the real sample with the config's
+    model, trainers and steps; the random run keeps random order, the scheduler run gets D3 with its
+    own defaults (the config's schedule is random order), and ``--set`` reaches only that run."""
+    import argparse
+    from pathlib import Path
+
+    from d3ray.bench.pipeline import add_arguments, bench_configs
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    config = Path(__file__).resolve().parents[2] / "jobs" / "configs" / "redpajama_sample.yaml"
+    args = parser.parse_args(["--out", "x.json", "--config", str(config), "--work-dir", str(tmp_path),
+                              "--set", "schedule.influence.sketch.k=256", "train.num_workers=1"])
+    random_cfg, d3_cfg = bench_configs(args)
+    assert random_cfg.schedule.type_name == "random" and d3_cfg.schedule.type_name == "d3"
+    assert random_cfg.data == d3_cfg.data and "slimpajama_format" in d3_cfg.data.train_paths[0]
+    assert random_cfg.train.steps == d3_cfg.train.steps == 200 and d3_cfg.schedule.L == 8
+    assert random_cfg.train.num_workers == d3_cfg.train.num_workers == 1  # a positional override: both runs
+    assert d3_cfg.schedule.influence.sketch.k == 256 and random_cfg.run_dir != d3_cfg.run_dir
+    assert d3_cfg.train.eval_every == 0 and d3_cfg.eval.max_sequences_per_domain == 16  # the config's eval set
