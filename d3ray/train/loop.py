@@ -42,23 +42,27 @@ class WorkerSpec:
     publish_weights: bool
     publish_optimizer_state: bool
     """Ship the AdamW state with each weights snapshot (influence ``preconditioner: adam``)."""
+    snapshot_dtype: str
+    """The dtype the snapshot travels in (``Needs.snapshot_dtype``: float32 or bfloat16)."""
     send_feedback: bool
     eval_tasks: list[Any]
     """[ObjectRef of the prepared lm-eval tasks] (``eval.tasks``), or []."""
 
 
-def publish_snapshot(engine, zero_stage: int, rank: int, coordinator, version: int, optimizer_state: bool) -> None:
-    """Put a float32 numpy state dict (and the AdamW state if asked) in the object store and hand the
-    refs to the coordinator. Collectives under ZeRO (d3ray/train/snapshot.py): every rank calls."""
+def publish_snapshot(engine, zero_stage: int, rank: int, coordinator, version: int, optimizer_state: bool,
+                     dtype: str) -> None:
+    """Put the state dict (and the AdamW state if asked), in the snapshot ``dtype``, in the object store
+    and hand the refs and their byte size (the schedule log's ``snapshot_bytes``) to the coordinator.
+    Collectives under ZeRO (d3ray/train/snapshot.py): every rank calls."""
     import ray
 
-    from d3ray.train.snapshot import snapshot_optimizer_state, snapshot_weights
+    from d3ray.train.snapshot import snapshot_nbytes, snapshot_optimizer_state, snapshot_weights
 
-    parts = [snapshot_weights(engine, zero_stage, rank)]
+    parts = [snapshot_weights(engine, zero_stage, rank, dtype)]
     if optimizer_state:
-        parts.append(snapshot_optimizer_state(engine, zero_stage, rank))
+        parts.append(snapshot_optimizer_state(engine, zero_stage, rank, dtype))
     if rank == 0:
-        coordinator.publish_weights.remote(version, [ray.put(p) for p in parts])
+        coordinator.publish_weights.remote(version, [ray.put(p) for p in parts], snapshot_nbytes(parts), dtype)
 
 
 def micro_weights(chunk, position: int, rows: slice, losses: np.ndarray | None) -> np.ndarray | None:
@@ -155,7 +159,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     last_eval: dict[str, float] = {}
 
     if spec.publish_weights:  # the weights the next chunk may be scored at (fresh start or resume)
-        publish_snapshot(engine, tcfg.zero_stage, rank, coordinator, state.next_chunk, spec.publish_optimizer_state)
+        publish_snapshot(engine, tcfg.zero_stage, rank, coordinator, state.next_chunk, spec.publish_optimizer_state,
+                         spec.snapshot_dtype)
 
     def run_eval() -> dict[str, float]:
         if not eval_sets and not eval_tasks:
@@ -258,7 +263,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                     losses=chunk_losses[trained].reshape(-1)))
             state.next_chunk, state.position = chunk.chunk_id + 1, 0
             if spec.publish_weights and state.step < tcfg.steps:
-                publish_snapshot(engine, tcfg.zero_stage, rank, coordinator, state.next_chunk, spec.publish_optimizer_state)
+                publish_snapshot(engine, tcfg.zero_stage, rank, coordinator, state.next_chunk, spec.publish_optimizer_state,
+                         spec.snapshot_dtype)
         finished = state.step >= tcfg.steps
         if finished:
             last_eval = run_eval()
