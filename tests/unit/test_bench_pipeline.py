@@ -14,3 +14,13 @@ def test_step_seconds_by_position_averages_each_position_of_the_chunk():
 def test_step_seconds_by_position_marks_positions_never_reached():
     rows = [{"step": 1, "time/step_sec": 0.2}]
     assert step_seconds_by_position(rows, L=2) == [0.2, None]
+
+
+def test_snapshot_summary_averages_the_logged_snapshot_bytes_and_names_the_dtype():
+    from d3ray.bench.pipeline import snapshot_summary
+
+    rows = [{"chunk_id": 0, "snapshot_bytes": 100, "snapshot_dtype": "bfloat16"},
+            {"chunk_id": 1, "snapshot_bytes": 300, "snapshot_dtype": "bfloat16"},
+            {"chunk_id": 2, "reused_from_checkpoint": True}]  # a restored decision: size unknown, not averaged
+    assert snapshot_summary(rows) == {"snapshot_bytes_per_chunk": 200.0, "snapshot_dtype": "bfloat16"}
+    assert snapshot_summary([{"chunk_id": 0, "order": [0]}]) == {}  # a scheduler that reads no weights
