@@ -25,6 +25,9 @@ after each ``--train-steps`` (e.g. 100 and 1,000; trained once and cached under 
   variant (the sketch's own error);
 - cost: worker seconds per scored batch (float32, a fresh spawned process) / seconds of one training
   step (forward + backward + AdamW, float32) timed in that same process.
+
+``--snapshot-dtype`` runs another section instead: the bytes and the S fidelity of the bfloat16
+weights snapshot the trainers ship against a float32 one (``influence_snapshot.py``).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from d3ray.bench.influence_setup import (
     model_config,
     trained_weights,
 )
+from d3ray.bench.influence_snapshot import bench_snapshot_dtype, print_snapshot_table
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +88,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--cost-batches", type=int, default=3, help="batches per timed worker call")
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch default)")
+    parser.add_argument(
+        "--snapshot-dtype", action="store_true",
+        help="instead of the estimator sweep: bfloat16 vs float32 weights snapshots of the same weights, "
+             "bytes and S fidelity with the default config (influence_snapshot.py)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -107,9 +116,15 @@ def run(args: argparse.Namespace) -> int:
             model, steps, corpus, cfg_dict, args.batch_size, args.schedule_steps, args.workdir
         )
         for s in steps:
-            records += bench_weights(model, cfg_dict, snaps[s], corpus, args, with_cost=s == max(steps))
-    _attach_costs(records, args.chunk)
-    print_table(records, args.chunk)
+            if args.snapshot_dtype:
+                records.append(bench_snapshot_dtype(model, cfg_dict, snaps[s], corpus, args))
+            else:
+                records += bench_weights(model, cfg_dict, snaps[s], corpus, args, with_cost=s == max(steps))
+    if args.snapshot_dtype:
+        print_snapshot_table(records)
+    else:
+        _attach_costs(records, args.chunk)
+        print_table(records, args.chunk)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"args": _jsonable(vars(args)), "records": records}, indent=1))

@@ -140,7 +140,8 @@ def trained_weights(
         if step in paths:
             snap = TrainedWeights(
                 steps=step,
-                weights={k: v.detach().float().cpu().numpy() for k, v in net.state_dict().items()},
+                # np.array copies: .numpy() is a view of the live parameter, which training goes on changing
+                weights={k: np.array(v.detach().float().cpu().numpy()) for k, v in net.state_dict().items()},
                 optimizer=AdamWState.from_torch(opt, net.named_parameters(), max_grad_norm=tcfg.grad_clip),
                 loss=float(np.mean(losses[-20:])),
             )

@@ -9,6 +9,7 @@ the other, so the ratio compares like with like on this machine:
                              (also without chunk 0, which cannot overlap with anything)
     step_sec_ratio         = mean step time ÷ random order's (what weighting adds to a step)
     influence_sec / solver_sec per chunk, fallback count (D3)
+    snapshot_bytes per chunk and its dtype (schedulers that read weights; ``schedule.snapshot_dtype``)
 
 The scheduler runs with the run config's defaults for it (D3: the first-run knobs of
 ``d3ray.config.FIRST_RUN_SCHEDULE``: a 256-dim sketch of 1/8 of each batch's sequences, the last
@@ -122,7 +123,18 @@ def _summarise(run_dir: Path, final: dict[str, Any], L: int) -> dict[str, Any]:
             solver_sec_per_chunk=float(np.mean(sol)) if sol else None,
             mean_cost_reduction=float(np.mean(red)) if red else None,
         )
+    out.update(snapshot_summary(schedule))
     return out
+
+
+def snapshot_summary(schedule: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean bytes of the weights snapshot a chunk was decided at, and the dtype(s) it travelled in
+    (schedule-log ``snapshot_bytes``, ``snapshot_dtype``); empty for a scheduler that reads no weights."""
+    rows = [r for r in schedule if r.get("snapshot_bytes") is not None]
+    if not rows:
+        return {}
+    return {"snapshot_bytes_per_chunk": float(np.mean([r["snapshot_bytes"] for r in rows])),
+            "snapshot_dtype": ",".join(sorted({str(r.get("snapshot_dtype")) for r in rows}))}
 
 
 def bench_configs(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -206,5 +218,7 @@ def run(args: argparse.Namespace) -> int:
     if "influence_sec_per_chunk" in mine:
         print(f"influence {mine['influence_sec_per_chunk']} s/chunk, solver {mine['solver_sec_per_chunk']} s/chunk, "
               f"S-cost reduction {mine['mean_cost_reduction']}")
+    if "snapshot_bytes_per_chunk" in mine:
+        print(f"weights snapshot {mine['snapshot_bytes_per_chunk'] / 2**20:.3f} MiB per chunk ({mine['snapshot_dtype']})")
     print(f"wrote {args.out}")
     return 0

@@ -13,8 +13,9 @@ clipped as the trainers clip it, g · min(1, C / (‖g‖ + 1e-6)) (DeepSpeed ``
 Δθ_i = −η·u_i with a scalar step size η (γ, or the learning rate) and a direction u_i (g_i, or the
 bracket above), so that one Taylor form covers both (README.md, "Optimizer-aware influence").
 
-:class:`AdamWState` is the optimizer state that ships with a weights snapshot (numpy, by parameter
-name); it is validated when it is made, so that a wrong state fails where the snapshot is built, not
+:class:`AdamWState` is the optimizer state that ships with a weights snapshot (float32 numpy or
+bfloat16 torch tensors, by parameter name; ``tensors()`` widens them to the compute dtype); it is
+validated when it is made, so that a wrong state fails where the snapshot is built, not
 inside an influence actor. The clip uses the norm over the parameters that take part: exact when all
 do (the benchmark's reference), an approximation under ``param_filter``.
 """
@@ -50,12 +51,14 @@ class AdamWState:
         eps: ε.
         weight_decay: λ (decoupled).
         step: t, updates taken so far (the next one has bias corrections at t + 1); 0 = fresh optimizer.
-        exp_avg: name → m, shaped like the parameter (float32/float64 numpy).
-        exp_avg_sq: name → v, shaped like the parameter, >= 0.
+        exp_avg: name → m, shaped like the parameter: a float numpy array, or a float torch tensor
+            (a 16-bit snapshot ships bfloat16 tensors: numpy has no bfloat16).
+        exp_avg_sq: name → v, shaped like the parameter, >= 0; same kinds as ``exp_avg``.
         max_grad_norm: C, the trainer's global gradient-norm clip (0 = none).
 
     Raises:
-        ValueError: a hyperparameter is out of range, or m and v disagree on names or shapes.
+        ValueError: a hyperparameter is out of range, m and v disagree on names or shapes, or a
+            moment is not a floating-point array or tensor.
     """
 
     lr: float
@@ -63,8 +66,8 @@ class AdamWState:
     eps: float
     weight_decay: float
     step: int
-    exp_avg: Mapping[str, np.ndarray]
-    exp_avg_sq: Mapping[str, np.ndarray]
+    exp_avg: Mapping[str, np.ndarray | torch.Tensor]
+    exp_avg_sq: Mapping[str, np.ndarray | torch.Tensor]
     max_grad_norm: float = 0.0
 
     def __post_init__(self) -> None:
@@ -84,10 +87,15 @@ class AdamWState:
             odd = sorted(set(self.exp_avg) ^ set(self.exp_avg_sq))
             raise ValueError(f"AdamWState: exp_avg and exp_avg_sq name different parameters: {odd[:5]}")
         for name, m in self.exp_avg.items():
-            if np.shape(m) != np.shape(self.exp_avg_sq[name]):
-                raise ValueError(
-                    f"AdamWState: {name!r} has exp_avg {np.shape(m)} but exp_avg_sq {np.shape(self.exp_avg_sq[name])}"
-                )
+            m_shape, v_shape = tuple(np.shape(m)), tuple(np.shape(self.exp_avg_sq[name]))
+            if m_shape != v_shape:
+                raise ValueError(f"AdamWState: {name!r} has exp_avg {m_shape} but exp_avg_sq {v_shape}")
+            for label, x in (("exp_avg", m), ("exp_avg_sq", self.exp_avg_sq[name])):
+                if not _is_float(x):
+                    raise ValueError(
+                        f"AdamWState: {label} of {name!r} must be a floating-point numpy array or torch tensor, "
+                        f"got {type(x).__name__} of dtype {getattr(x, 'dtype', None)}"
+                    )
 
     @classmethod
     def fresh(cls, shapes: Mapping[str, tuple[int, ...]], **hyper: Any) -> AdamWState:
@@ -141,10 +149,26 @@ class AdamWState:
                 )
 
     def tensors(self, names: Iterable[str], device: torch.device, dtype: torch.dtype) -> tuple[Params, Params]:
-        """(m, v) of these parameters as tensors on ``device`` (copies: arrays from ray.get are read-only)."""
-        m = {n: torch.tensor(np.asarray(self.exp_avg[n]), device=device, dtype=dtype) for n in names}
-        v = {n: torch.tensor(np.asarray(self.exp_avg_sq[n]), device=device, dtype=dtype) for n in m}
+        """(m, v) of these parameters as ``dtype`` tensors on ``device``, the compute dtype whatever the
+        shipped one (a bfloat16 snapshot is widened here). Copies: arrays from ray.get are read-only,
+        and the state stays untouched for the next chunk."""
+        m = {n: _tensor_copy(self.exp_avg[n], device, dtype) for n in names}
+        v = {n: _tensor_copy(self.exp_avg_sq[n], device, dtype) for n in m}
         return m, v
+
+
+def _is_float(x: Any) -> bool:
+    """A floating-point torch tensor or numpy array (any width: bfloat16 exists only in torch)."""
+    if torch.is_tensor(x):
+        return x.is_floating_point()
+    return isinstance(x, np.ndarray) and np.issubdtype(x.dtype, np.floating)
+
+
+def _tensor_copy(x: np.ndarray | torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """A fresh ``dtype`` tensor on ``device`` holding ``x`` (numpy or torch, any float dtype)."""
+    if torch.is_tensor(x):
+        return x.detach().to(device=device, dtype=dtype, copy=True)
+    return torch.tensor(np.asarray(x), device=device, dtype=dtype)
 
 
 def adamw_direction(

@@ -141,7 +141,8 @@ class InfluenceWorker:
         """Copy a snapshot into the model (skipped when the same ObjectRefs were loaded last).
 
         Args:
-            weights: name → array (numpy or torch, any float dtype: ZeRO-3 gathered bf16/fp16 is cast),
+            weights: name → array (numpy or torch, any float dtype: a bfloat16 snapshot, the D3
+                default, or ZeRO-3 gathered fp16 is cast to the compute dtype),
                 or a list of parts (ObjectRefs, list-wrapped so Ray does not resolve them): weights
                 dicts (merged) and at most one :class:`~d3ray.influence.optimizer.AdamWState`, kept
                 as ``self.optimizer``. A leading ``module.`` is stripped; a tied weight (GPT-2's

@@ -33,7 +33,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from d3ray.errors import UserError
@@ -149,6 +149,7 @@ class ScheduleCoordinator:
         self._weights: dict[int, list] = {}
         self._influence: dict[int, list] = {}  # chunk_id -> [ObjectRef of the trainers' ChunkInfluence]
         self._candidates: dict[int, tuple[tuple, list[int]]] = {}  # chunk_id -> (batch refs, batch ids) to sketch
+        self._snapshot_records: dict[int, dict[str, Any]] = {}  # weights version -> its schedule-log fields
         self._feedback: dict[int, ChunkFeedback] = {}
         self._observed_through = -1
         self._cursors: dict[int, dict[str, Any]] = {}  # chunk_id -> data cursor at its start
@@ -234,11 +235,29 @@ class ScheduleCoordinator:
                     del table[cid]
             self._cond.notify_all()
 
-    def publish_weights(self, version: int, weights: list) -> None:
-        """Weights after ``version`` trained chunks (``weights`` = [ObjectRef of a numpy state dict])."""
+    def publish_weights(self, version: int, weights: list, nbytes: int | None = None, dtype: str | None = None) -> None:
+        """Weights after ``version`` trained chunks (``weights`` = [ObjectRef of a state dict, and of the
+        AdamWState if shipped]); ``nbytes`` and ``dtype`` (their payload and the dtype they travel in)
+        go into the schedule-log row of every chunk decided at this version (``snapshot_bytes``,
+        ``snapshot_dtype``)."""
         with self._cond:
             self._weights[version] = weights
+            self._snapshot_records.pop(version, None)
+            if nbytes is not None:
+                self._snapshot_records[version] = {"snapshot_bytes": int(nbytes), "snapshot_dtype": dtype}
+            for v in [v for v in self._snapshot_records if v not in self._weights]:  # released with their weights
+                del self._snapshot_records[v]
             self._cond.notify_all()
+
+    def _with_snapshot_record(self, decision: ChunkDecision, version: int | None) -> ChunkDecision:
+        """The decision with the size and dtype of the snapshot it was decided at in its ``record`` (a
+        copy: the stored decision stays as the scheduler made it); unchanged when that is unknown (no
+        weights used, or a decision restored from a checkpoint of an earlier coordinator)."""
+        with self._cond:
+            fields = self._snapshot_records.get(version) if version is not None else None
+        if not fields:
+            return decision
+        return replace(decision, record={**decision.record, **fields})
 
     def checkpoint_state(self, next_chunk: int) -> dict[str, Any]:
         """What a checkpoint at ``next_chunk`` must hold for the resumed run to decide as this one:
@@ -359,10 +378,11 @@ class ScheduleCoordinator:
         weights = None
         if decision.sample_weights is not None:
             weights = tuple(tuple(decision.sample_weights[i]) for i in decision.order)
+        version = self._decided_versions.get(cid)
         return DecidedChunk(chunk_id=cid, epoch=chunk.epoch, batch_refs=batch_refs, sample_ids=ids,
                             domains=domains, sample_weights=weights, loss_weighting=decision.loss_weighting,
-                            skipped=skipped, decision=decision, weights_version=self._decided_versions.get(cid),
-                            mixture=chunk.mixture)
+                            skipped=skipped, decision=self._with_snapshot_record(decision, version),
+                            weights_version=version, mixture=chunk.mixture)
 
     def _observe_through(self, chunk_id: int, producer: bool = False) -> None:
         """Feed the scheduler the feedback of every chunk <= ``chunk_id``, in chunk order (waits for it).

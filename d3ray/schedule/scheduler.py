@@ -34,6 +34,9 @@ import numpy as np
 
 from d3ray.schedule.chunker import Chunk
 
+#: Dtypes a weights snapshot may travel in (``Needs.snapshot_dtype``; d3ray/train/snapshot.py).
+SNAPSHOT_DTYPES = ("bfloat16", "float32")
+
 
 class Kind(StrEnum):
     """What a scheduler decides (ARCHITECTURE.md, scheduler families)."""
@@ -64,11 +67,27 @@ class Needs:
     sketches: bool = False
     """The trainers sketch each chunk themselves at weights version ``chunk_id - staleness`` (in-trainer,
     sharded influence: ``d3ray.train.sharded_influence``) and the scheduler gets the chunk's S at submit."""
+    snapshot_dtype: str = "float32"
+    """The dtype the weights snapshot (and optimizer state) travels in (``SNAPSHOT_DTYPES``):
+    ``bfloat16`` halves the bytes, for a reader that accepts 16-bit torch tensors (d3's influence
+    actors); ``float32`` numpy arrays otherwise (every reader accepts them)."""
+
+    def __post_init__(self) -> None:
+        if self.snapshot_dtype not in SNAPSHOT_DTYPES:
+            raise ValueError(f"Needs.snapshot_dtype must be one of {list(SNAPSHOT_DTYPES)}, got {self.snapshot_dtype!r}")
 
     def __or__(self, other: Needs) -> Needs:
         return Needs(weights=self.weights or other.weights, feedback=self.feedback or other.feedback,
                      optimizer_state=self.optimizer_state or other.optimizer_state,
-                     mixture=self.mixture or other.mixture, sketches=self.sketches or other.sketches)
+                     mixture=self.mixture or other.mixture, sketches=self.sketches or other.sketches,
+                     snapshot_dtype=_shared_snapshot_dtype(self, other))
+
+
+def _shared_snapshot_dtype(a: Needs, b: Needs) -> str:
+    """One snapshot serves both schedulers (a staged one and its order): 16 bits only if every one of
+    them that reads the weights accepts 16 bits, else float32 (which every reader accepts)."""
+    readers = [n.snapshot_dtype for n in (a, b) if n.weights]
+    return "bfloat16" if readers and all(d == "bfloat16" for d in readers) else "float32"
 
 
 @dataclass(frozen=True)

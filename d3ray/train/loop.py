@@ -42,6 +42,8 @@ class WorkerSpec:
     publish_weights: bool
     publish_optimizer_state: bool
     """Ship the AdamW state with each weights snapshot (influence ``preconditioner: adam``)."""
+    snapshot_dtype: str
+    """The dtype the snapshot travels in (``Needs.snapshot_dtype``: float32 or bfloat16)."""
     send_feedback: bool
     eval_tasks: list[Any]
     """[ObjectRef of the prepared lm-eval tasks] (``eval.tasks``), or []."""
@@ -50,18 +52,20 @@ class WorkerSpec:
     themselves (D3 ``influence_placement: in_trainer``), else None."""
 
 
-def publish_snapshot(engine, zero_stage: int, rank: int, coordinator, version: int, optimizer_state: bool) -> None:
-    """Put a float32 numpy state dict (and the AdamW state if asked) in the object store and hand the
-    refs to the coordinator. Collectives under ZeRO (d3ray/train/snapshot.py): every rank calls."""
+def publish_snapshot(engine, zero_stage: int, rank: int, coordinator, version: int, optimizer_state: bool,
+                     dtype: str) -> None:
+    """Put the state dict (and the AdamW state if asked), in the snapshot ``dtype``, in the object store
+    and hand the refs and their byte size (the schedule log's ``snapshot_bytes``) to the coordinator.
+    Collectives under ZeRO (d3ray/train/snapshot.py): every rank calls."""
     import ray
 
-    from d3ray.train.snapshot import snapshot_optimizer_state, snapshot_weights
+    from d3ray.train.snapshot import snapshot_nbytes, snapshot_optimizer_state, snapshot_weights
 
-    parts = [snapshot_weights(engine, zero_stage, rank)]
+    parts = [snapshot_weights(engine, zero_stage, rank, dtype)]
     if optimizer_state:
-        parts.append(snapshot_optimizer_state(engine, zero_stage, rank))
+        parts.append(snapshot_optimizer_state(engine, zero_stage, rank, dtype))
     if rank == 0:
-        coordinator.publish_weights.remote(version, [ray.put(p) for p in parts])
+        coordinator.publish_weights.remote(version, [ray.put(p) for p in parts], snapshot_nbytes(parts), dtype)
 
 
 def micro_weights(chunk, position: int, rows: slice, losses: np.ndarray | None) -> np.ndarray | None:
@@ -174,7 +178,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
         """What the scheduler needs from the trainers at this weights version (state.next_chunk): a
         weights snapshot, or (in_trainer influence) the sketches of the chunks due now."""
         if spec.publish_weights:
-            publish_snapshot(engine, tcfg.zero_stage, rank, coordinator, state.next_chunk, spec.publish_optimizer_state)
+            publish_snapshot(engine, tcfg.zero_stage, rank, coordinator, state.next_chunk, spec.publish_optimizer_state,
+                             spec.snapshot_dtype)
         if scorer is not None:
             from d3ray.train.sharded_influence import sketch_due_chunks
 

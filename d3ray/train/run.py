@@ -105,10 +105,11 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
         ).remote(make_stream, scheduler, needs, schedule.prefetch_chunks, schedule.staleness, schedule.deadline_s,
                  str(run_dir))
         if needs.weights and not any(run_dir.glob("checkpoint_*")):
-            publish_initial_weights(cfg, model_config, coordinator, needs.optimizer_state)
+            publish_initial_weights(cfg, model_config, coordinator, needs.optimizer_state, needs.snapshot_dtype)
         spec = WorkerSpec(cfg=cfg, model_config=model_config, coordinator=coordinator, eval_sets=eval_ref,
                           tokenizer_dir=str(prepared.tokenizer_dir), publish_weights=needs.weights,
-                          publish_optimizer_state=needs.optimizer_state, send_feedback=needs.feedback,
+                          publish_optimizer_state=needs.optimizer_state, snapshot_dtype=needs.snapshot_dtype,
+                          send_feedback=needs.feedback,
                           eval_tasks=[ray.put(eval_tasks)] if eval_tasks else [],
                           in_trainer_influence=in_trainer_influence(schedule, cfg.train.steps) if needs.sketches else None)
         resources_per_worker = {"CPU": cfg.train.cpus_per_worker, **cfg.train.resources_per_worker}
@@ -188,25 +189,26 @@ def in_trainer_influence(schedule: Any, steps: int) -> Any:
 
 
 def publish_initial_weights(cfg: RunConfig, model_config: dict[str, Any], coordinator: Any,
-                            optimizer_state: bool = False) -> None:
+                            optimizer_state: bool = False, dtype: str = "float32") -> None:
     """Publish the initial weights (version 0) from the driver, so that chunk 0's influence overlaps
     with the trainers' start-up. They equal the trainers' own: same seed, same construction; with
-    ``optimizer_state``, also the AdamW state before the first step (zeros, the first step's lr)."""
+    ``optimizer_state``, also the AdamW state before the first step (zeros, the first step's lr);
+    in the snapshot ``dtype``, as the trainers publish theirs (d3ray/train/snapshot.py)."""
     import ray
     import torch
 
     from d3ray.model import build_model
     from d3ray.train.deepspeed_config import lr_factor
-    from d3ray.train.snapshot import initial_optimizer_state
+    from d3ray.train.snapshot import initial_optimizer_state, ship_state, snapshot_nbytes
 
     torch.manual_seed(cfg.seed)
     model = build_model(model_config, cfg.model)
-    parts: list[Any] = [{k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}]
+    parts: list[Any] = [ship_state(model.state_dict(), dtype)]
     if optimizer_state:
         tcfg = cfg.train
         parts.append(initial_optimizer_state(model, tcfg.lr * lr_factor(0, tcfg), tcfg.betas, tcfg.weight_decay,
-                                             tcfg.grad_clip))
-    ray.get(coordinator.publish_weights.remote(0, [ray.put(p) for p in parts]))
+                                             tcfg.grad_clip, dtype=dtype))
+    ray.get(coordinator.publish_weights.remote(0, [ray.put(p) for p in parts], snapshot_nbytes(parts), dtype))
 
 
 def write_placement(run_dir: Path, coordinator: Any, scheduler: Any) -> None:

@@ -10,32 +10,93 @@ Both are collectives under ZeRO (every rank calls, in the same order; rank 0 get
   partitions (``ds_id``), an all-reduce per parameter; without ZeRO (plain torch AdamW) it is read
   from the optimizer directly. The result is checked against the weights' names and shapes before
   it is shipped, so a wrong state fails here, in the trainer, not in an influence actor.
+
+Both ship in the scheduler's ``snapshot_dtype`` (``Needs.snapshot_dtype``), a copy made on rank 0
+after the collectives (which stay as they are): ``float32`` numpy arrays (exact; what every reader
+accepts), or ``bfloat16`` torch tensors (half the bytes; numpy has no bfloat16, and Ray pickles torch
+tensors). bfloat16 rather than float16: it keeps float32's exponent range, so v = E[g²] (often below
+float16's smallest normal, 6e-5) does not underflow. The readers widen to their compute dtype.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
+import torch
 
 from d3ray.influence.optimizer import AdamWState
+from d3ray.schedule.scheduler import SNAPSHOT_DTYPES
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["initial_optimizer_state", "snapshot_optimizer_state", "snapshot_weights"]
+__all__ = [
+    "initial_optimizer_state",
+    "ship_optimizer_state",
+    "ship_state",
+    "ship_tensor",
+    "snapshot_nbytes",
+    "snapshot_optimizer_state",
+    "snapshot_weights",
+]
+
+Shipped = np.ndarray | torch.Tensor
 
 
-def snapshot_weights(engine: Any, zero_stage: int, rank: int) -> dict[str, np.ndarray] | None:
-    """A float32 numpy state dict on rank 0 (None elsewhere); a collective under ZeRO-3."""
+def ship_tensor(x: torch.Tensor | np.ndarray, dtype: str) -> Shipped:
+    """A CPU copy of ``x`` in the snapshot ``dtype``: float32 numpy, or a bfloat16 torch tensor.
+
+    Always a copy: without ZeRO the source is the live parameter or optimizer state, which the next
+    step changes while Ray may still be serialising it.
+
+    Raises:
+        ValueError: ``dtype`` is not one of ``SNAPSHOT_DTYPES``.
+    """
+    if dtype not in SNAPSHOT_DTYPES:
+        raise ValueError(f"snapshot dtype must be one of {list(SNAPSHOT_DTYPES)}, got {dtype!r}")
+    t = x.detach() if torch.is_tensor(x) else torch.from_numpy(np.asarray(x))
+    out = t.to(device="cpu", dtype=getattr(torch, dtype), copy=True)
+    return out.numpy() if dtype == "float32" else out
+
+
+def ship_state(state: Mapping[str, Any], dtype: str) -> dict[str, Shipped]:
+    """A state dict (tensors or arrays by name) in the snapshot ``dtype`` (see :func:`ship_tensor`)."""
+    return {k: ship_tensor(v, dtype) for k, v in state.items()}
+
+
+def ship_optimizer_state(state: AdamWState, dtype: str) -> AdamWState:
+    """The same optimizer state with m and v in the snapshot ``dtype`` (validated again on creation)."""
+    return replace(state, exp_avg=ship_state(state.exp_avg, dtype), exp_avg_sq=ship_state(state.exp_avg_sq, dtype))
+
+
+def _nbytes(x: Shipped) -> int:
+    return x.numel() * x.element_size() if torch.is_tensor(x) else int(np.asarray(x).nbytes)
+
+
+def snapshot_nbytes(parts: Iterable[Any]) -> int:
+    """Bytes of the tensors of a snapshot's parts (weights dicts, AdamWState): the payload ``ray.put``
+    copies into the object store, without pickle's few bytes of framing per tensor."""
+    total = 0
+    for part in parts:
+        if isinstance(part, AdamWState):
+            total += sum(map(_nbytes, part.exp_avg.values())) + sum(map(_nbytes, part.exp_avg_sq.values()))
+        else:
+            total += sum(map(_nbytes, part.values()))
+    return total
+
+
+def snapshot_weights(engine: Any, zero_stage: int, rank: int, dtype: str) -> dict[str, Shipped] | None:
+    """The state dict in the snapshot ``dtype`` on rank 0 (None elsewhere); a collective under ZeRO-3."""
     if zero_stage == 3:
         state = engine._zero3_consolidated_16bit_state_dict()
     else:
         state = engine.module.state_dict() if rank == 0 else None
     if rank != 0:
         return None
-    # np.array copies: .numpy() of a CPU fp32 tensor is a view of the live parameter.
-    return {k: np.array(v.detach().float().cpu().numpy()) for k, v in state.items()}
+    return ship_state(state, dtype)
 
 
 def _named_trainable(engine: Any) -> list[tuple[str, Any]]:
@@ -73,8 +134,9 @@ def adamw_step(base: Any) -> int:
     return max((int(st["step"]) for st in base.state.values() if isinstance(st, dict) and "step" in st), default=0)
 
 
-def snapshot_optimizer_state(engine: Any, zero_stage: int, rank: int) -> AdamWState | None:
-    """The AdamW state of a DeepSpeed engine (ZeRO 0-3) by parameter name, on rank 0 (None elsewhere).
+def snapshot_optimizer_state(engine: Any, zero_stage: int, rank: int, dtype: str) -> AdamWState | None:
+    """The AdamW state of a DeepSpeed engine (ZeRO 0-3) by parameter name, m and v in the snapshot
+    ``dtype``, on rank 0 (None elsewhere).
 
     Every rank must call it (ZeRO 1-3 gather each parameter's state with an all-reduce).
 
@@ -90,7 +152,9 @@ def snapshot_optimizer_state(engine: Any, zero_stage: int, rank: int) -> AdamWSt
     # torch creates AdamW's state at the first step; before it (the snapshot a run publishes at start)
     # the state is zeros. Every rank steps together, so all ranks take this branch or none does.
     if not adamw_started(base):
-        return AdamWState.fresh({n: _full_shape(p) for n, p in named}, **hyper) if rank == 0 else None
+        if rank != 0:
+            return None
+        return ship_optimizer_state(AdamWState.fresh({n: _full_shape(p) for n, p in named}, **hyper), dtype)
     # ZeRO-1/2 link each parameter's optimizer-state fragments lazily, at the first step; a run resumed
     # from a checkpoint holds the loaded state but publishes before its first step: link them now.
     link = getattr(engine.optimizer, "_lazy_init_hp_params_optimizer_state", None)
@@ -107,13 +171,10 @@ def snapshot_optimizer_state(engine: Any, zero_stage: int, rank: int) -> AdamWSt
             if state and "exp_avg_sq" not in state:
                 raise ValueError(f"optimizer state of {name!r} has no exp_avg_sq: not an Adam optimizer")
             m, v = state.get("exp_avg"), state.get("exp_avg_sq")
-        if rank == 0:
+        if rank == 0:  # converted one parameter at a time: rank 0 never holds a float32 copy of all of it
             shape = _full_shape(p)
-            # np.array copies: without ZeRO these are views of the live optimizer state.
-            exp_avg[name] = np.zeros(shape, np.float32) if m is None else np.array(m.detach().float().cpu().numpy())
-            exp_avg_sq[name] = (
-                np.zeros(shape, np.float32) if v is None else np.array(v.detach().float().cpu().numpy())
-            )
+            exp_avg[name] = ship_tensor(torch.zeros(shape) if m is None else m, dtype)
+            exp_avg_sq[name] = ship_tensor(torch.zeros(shape) if v is None else v, dtype)
     if rank != 0:
         return None
     state = AdamWState(step=adamw_step(base), exp_avg=exp_avg, exp_avg_sq=exp_avg_sq, **hyper)
@@ -122,9 +183,11 @@ def snapshot_optimizer_state(engine: Any, zero_stage: int, rank: int) -> AdamWSt
 
 
 def initial_optimizer_state(model: Any, lr: float, betas: tuple[float, float], weight_decay: float,
-                            max_grad_norm: float, eps: float = 1e-8) -> AdamWState:
+                            max_grad_norm: float, eps: float = 1e-8, *, dtype: str) -> AdamWState:
     """The state before the first step (m = v = 0, step 0) of a model's trainable parameters, for the
-    weights published before training starts; ``lr`` is the first step's (after warmup scaling)."""
+    weights published before training starts; ``lr`` is the first step's (after warmup scaling);
+    m and v in the snapshot ``dtype``."""
     shapes = {n: tuple(p.shape) for n, p in model.named_parameters() if p.requires_grad}
-    return AdamWState.fresh(shapes, lr=lr, betas=(float(betas[0]), float(betas[1])), eps=eps,
-                            weight_decay=weight_decay, max_grad_norm=max_grad_norm)
+    state = AdamWState.fresh(shapes, lr=lr, betas=(float(betas[0]), float(betas[1])), eps=eps,
+                             weight_decay=weight_decay, max_grad_norm=max_grad_norm)
+    return ship_optimizer_state(state, dtype)

@@ -92,6 +92,22 @@ def test_d3_staleness0_zero3_llama_with_bad_shard_and_nan_batch_completes_exactl
     epochs = [schedule[c]["epoch"] for c in sorted(schedule)]
     assert epochs == sorted(epochs) and set(epochs) == {0, 1}, epochs
     assert all(r["trainer_wait_sec"] >= 0 for r in schedule.values())
+    # each chunk logs the snapshot it was scored at: 16 bits (the default), the weights the ZeRO-3 gather
+    # gives plus AdamW m and v, i.e. half of float32's 4 bytes per value
+    assert {r["snapshot_dtype"] for r in schedule.values()} == {"bfloat16"}
+    assert {r["snapshot_bytes"] for r in schedule.values()} == {2 * snapshot_values(cfg, corpus[1])}
+
+
+def snapshot_values(cfg: RunConfig, tokenizer_dir) -> int:
+    """Numbers in one snapshot of the run's model with the AdamW state: the state dict, and m and v of
+    every trainable parameter (counted independently of the trainers, from a freshly built model)."""
+    from d3ray.data.tokenizer import load_tokenizer
+    from d3ray.model import build_model, model_config_dict
+
+    tokenizer = load_tokenizer(str(tokenizer_dir))
+    model = build_model(model_config_dict(cfg.model, len(tokenizer), cfg.data.seq_len, tokenizer.eos_token_id), cfg.model)
+    weights = sum(t.numel() for t in model.state_dict().values())
+    return weights + 2 * sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
 def test_d3_influence_solver_and_trainer_failures_in_one_run_complete_exactly_once(

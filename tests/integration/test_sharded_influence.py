@@ -73,8 +73,8 @@ for name, cfg in {
     resumed = ShardedScorer(engine, cfg, rank, world, nan_batches=[nan_batch])
     resumed.load(os.getcwd())
     again = resumed.score(1, chunks[1], ids[1])
-    weights = snapshot_weights(engine, 3, rank)
-    state = snapshot_optimizer_state(engine, 3, rank)
+    weights = snapshot_weights(engine, 3, rank, "float32")
+    state = snapshot_optimizer_state(engine, 3, rank, "float32")
     if rank == 0:
         worker = InfluenceWorker(config_dict, cfg)
         def inputs(c):

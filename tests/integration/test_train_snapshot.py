@@ -1,7 +1,8 @@
 """The optimizer-state snapshot of real DeepSpeed engines (CPU, gloo, ZeRO 0-3) predicts the next step.
 
 Each stage runs in a fresh process (DeepSpeed keeps process-global state): three training steps, then
-``snapshot_weights`` + ``snapshot_optimizer_state``; the AdamW step the influence path computes from
+``snapshot_weights`` + ``snapshot_optimizer_state`` (float32, and the bfloat16 the D3 runs ship by
+default, which must be the float32 snapshot rounded); the AdamW step the influence path computes from
 that snapshot for the next batch (:func:`~d3ray.influence.optimizer.adamw_direction`, gradient from a
 plain transformers model at the snapshot weights) must be the step the engine then takes. DeepSpeed
 clips gradients at 1.0 by default: the state carries the clip and the step uses it.
@@ -26,7 +27,7 @@ import numpy as np, torch
 os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", DS_ACCELERATOR="cpu")
 import deepspeed, transformers
 from d3ray.influence.optimizer import adamw_direction
-from d3ray.train.snapshot import snapshot_optimizer_state, snapshot_weights
+from d3ray.train.snapshot import snapshot_nbytes, snapshot_optimizer_state, snapshot_weights
 
 stage = int(sys.argv[1])
 torch.set_num_threads(1)
@@ -41,14 +42,19 @@ ds = {"train_batch_size": 2, "train_micro_batch_size_per_gpu": 2, "gradient_accu
                                                 "torch_adam": True}},
       "zero_optimization": zero, "bf16": {"enabled": False}}
 engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds)
-fresh = snapshot_optimizer_state(engine, stage, 0)  # what a run publishes before its first step
+fresh = snapshot_optimizer_state(engine, stage, 0, "float32")  # what a run publishes before its first step
+fresh16 = snapshot_optimizer_state(engine, stage, 0, "bfloat16")
 rng = np.random.default_rng(0)
 batches = [torch.tensor(rng.integers(0, 64, size=(2, 12))) for _ in range(4)]
 for x in batches[:3]:
     engine.backward(engine(input_ids=x, labels=x).loss)
     engine.step()
-state = snapshot_optimizer_state(engine, stage, 0)
-before = snapshot_weights(engine, stage, 0)
+state = snapshot_optimizer_state(engine, stage, 0, "float32")
+before = snapshot_weights(engine, stage, 0, "float32")
+state16 = snapshot_optimizer_state(engine, stage, 0, "bfloat16")
+before16 = snapshot_weights(engine, stage, 0, "bfloat16")
+pairs = ([(before16[k], before[k]) for k in before] + [(state16.exp_avg[n], state.exp_avg[n]) for n in state.exp_avg]
+         + [(state16.exp_avg_sq[n], state.exp_avg_sq[n]) for n in state.exp_avg])
 plain = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
 plain.load_state_dict({k: torch.from_numpy(v) for k, v in before.items()})
 x = batches[3]
@@ -58,13 +64,17 @@ u = adamw_direction(params, {n: p.grad for n, p in plain.named_parameters()}, st
                     state.tensors(params, torch.device("cpu"), torch.float32))
 engine.backward(engine(input_ids=x, labels=x).loss)
 engine.step()
-after = snapshot_weights(engine, stage, 0)
+after = snapshot_weights(engine, stage, 0, "float32")
 out = {"fresh_step": fresh.step, "fresh_zero": all(not np.any(v) for v in fresh.exp_avg_sq.values()),
        "fresh_names": sorted(fresh.exp_avg) == sorted(state.exp_avg), "step": state.step, "clip": state.max_grad_norm, "names": sorted(state.exp_avg),
        "shapes_match": all(state.exp_avg[n].shape == before[n].shape for n in state.exp_avg),
        "nonzero_v": all(bool(np.any(v > 0)) for v in state.exp_avg_sq.values()),
        "max_error": max(float(np.abs((after[n] - before[n]) + state.lr * u[n].numpy()).max()) for n in params),
-       "max_step": max(float(np.abs(after[n] - before[n]).max()) for n in params)}
+       "max_step": max(float(np.abs(after[n] - before[n]).max()) for n in params),
+       "bf16_tensors": all(isinstance(a, torch.Tensor) and a.dtype == torch.bfloat16 for a, _ in pairs),
+       "bf16_rounded": all(torch.equal(a, torch.from_numpy(b).bfloat16()) for a, b in pairs),
+       "bf16_fresh": fresh16.step == 0 and all(v.dtype == torch.bfloat16 and not v.any() for v in fresh16.exp_avg_sq.values()),
+       "bytes": [snapshot_nbytes([before, state]), snapshot_nbytes([before16, state16])]}
 print("RESULT " + json.dumps(out))
 """
 
@@ -91,3 +101,7 @@ def test_snapshot_optimizer_state_predicts_the_engines_next_step(stage, tmp_path
     assert "transformer.wte.weight" in out["names"] and "lm_head.weight" not in out["names"]  # tied, once
     # float32 rounding of one AdamW update (steps are ~1e-2, the rounding of m/(√v + ε) ~1e-7 relative)
     assert out["max_error"] <= 1e-6 * max(1.0, out["max_step"] / 1e-2)
+    # the 16-bit snapshot: the same collectives' result, each value rounded once to bfloat16, half the bytes
+    assert out["bf16_tensors"] and out["bf16_rounded"] and out["bf16_fresh"]
+    fp32_bytes, bf16_bytes = out["bytes"]
+    assert bf16_bytes * 2 == fp32_bytes > 0

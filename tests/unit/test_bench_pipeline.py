@@ -37,3 +37,13 @@ def test_bench_configs_start_both_runs_from_the_shipped_real_data_config(tmp_pat
     assert random_cfg.train.num_workers == d3_cfg.train.num_workers == 1  # a positional override: both runs
     assert d3_cfg.schedule.influence.sketch.k == 256 and random_cfg.run_dir != d3_cfg.run_dir
     assert d3_cfg.train.eval_every == 0 and d3_cfg.eval.max_sequences_per_domain == 16  # the config's eval set
+
+
+def test_snapshot_summary_averages_the_logged_snapshot_bytes_and_names_the_dtype():
+    from d3ray.bench.pipeline import snapshot_summary
+
+    rows = [{"chunk_id": 0, "snapshot_bytes": 100, "snapshot_dtype": "bfloat16"},
+            {"chunk_id": 1, "snapshot_bytes": 300, "snapshot_dtype": "bfloat16"},
+            {"chunk_id": 2, "reused_from_checkpoint": True}]  # a restored decision: size unknown, not averaged
+    assert snapshot_summary(rows) == {"snapshot_bytes_per_chunk": 200.0, "snapshot_dtype": "bfloat16"}
+    assert snapshot_summary([{"chunk_id": 0, "order": [0]}]) == {}  # a scheduler that reads no weights

@@ -82,3 +82,26 @@ def test_load_config_choice_knob_of_another_choice_is_an_unknown_key():
     with pytest.raises(ConfigError, match=r"unknown key 'schedule\.influence\.estimator\.probes'"):
         load_config(RunConfig, None, ["--schedule.type=d3", "--schedule.influence.estimator=fisher",
                                       "--schedule.influence.estimator.probes=2"])
+
+
+@pytest.mark.parametrize(
+    "overrides, dtype",
+    [
+        (["--schedule.type=d3"], "bfloat16"),  # the default: the influence actors take 16 bits
+        (["--schedule.type=d3", "--schedule.snapshot_dtype=float32"], "float32"),
+        (["--schedule.type=loss_reweight", "--schedule.order.type=d3"], "bfloat16"),  # only d3 reads weights
+        (["--schedule.type=loss", "--schedule.order.type=d3"], "float32"),  # the loss scorer reads them too
+        (["--schedule.type=curriculum"], "float32"),
+    ],
+)
+def test_snapshot_dtype_is_16_bit_only_when_every_weights_reader_takes_it(overrides, dtype):
+    assert load_config(RunConfig, None, overrides).schedule.needs().snapshot_dtype == dtype
+
+
+def test_bad_snapshot_dtype_names_the_field():
+    from d3ray.schedule.order.configs import D3ScheduleConfig
+
+    with pytest.raises(ConfigError, match=r"schedule\.snapshot_dtype.*'float16'"):
+        load_config(RunConfig, None, ["--schedule.type=d3", "--schedule.snapshot_dtype=float16"])
+    with pytest.raises(ValueError, match=r"schedule\.snapshot_dtype='float16' must be one of bfloat16, float32"):
+        D3ScheduleConfig(snapshot_dtype="float16")

@@ -92,3 +92,22 @@ def test_bench_influence_quick_runs_end_to_end_on_real_text(tmp_path):
     assert by[("first_order", "none")]["spearman_L4"] is None
     assert by[("first_order", "adam")]["spearman_L4"] is not None
     assert all(r["cost_ratio"] > 0 for r in records if r["variant"] != "lookahead")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not DATA.is_dir(), reason=f"real data sample not found at {DATA}")
+def test_bench_influence_snapshot_dtype_halves_the_bytes_and_keeps_s(tmp_path):
+    from d3ray.bench.influence import add_arguments, run
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--quick", "--snapshot-dtype", "--data", str(DATA), "--workdir", str(tmp_path),
+                              "--out", str(tmp_path / "o.json")])
+
+    assert run(args) == 0
+
+    (rec,) = json.loads((tmp_path / "o.json").read_text())["records"]
+    assert rec["bytes_ratio"] == 0.5 and 0.5 < rec["pickled_ratio"] < 0.55  # pickle adds a header per tensor
+    # one bf16 rounding per value moves S by ~2^-9 relative: far less than another sketch seed does
+    assert rec["rel_error_bf16"] < 1e-2 < rec["rel_error_seed"]
+    assert rec["spearman_bf16"] > 0.99

@@ -127,3 +127,45 @@ def test_adamw_state_bad_value_raises_naming_it(kwargs, match):
               "exp_avg": {"w": np.zeros(2)}, "exp_avg_sq": {"w": np.zeros(2)}}
     with pytest.raises(ValueError, match=match):
         AdamWState(**{**fields, **kwargs})
+
+
+def _bf16_state(**overrides) -> AdamWState:
+    """A state as a 16-bit snapshot ships it: m and v bfloat16 torch tensors (d3ray.train.snapshot)."""
+    rng = np.random.default_rng(4)
+    m = torch.tensor(rng.normal(size=(3, 4)) * 1e-2).bfloat16()
+    v = torch.tensor(rng.random(size=(3, 4)) * 1e-6).bfloat16()  # E[g²]: far below float16's range
+    fields = {"lr": 1e-3, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1, "step": 7,
+              "exp_avg": {"w": m}, "exp_avg_sq": {"w": v}}
+    return AdamWState(**{**fields, **overrides})
+
+
+def test_adamw_state_with_bf16_tensors_widens_to_the_compute_dtype_and_steps_like_float32():
+    state = _bf16_state()
+    wide = AdamWState(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, step=7,
+                      exp_avg={"w": state.exp_avg["w"].double().numpy()},
+                      exp_avg_sq={"w": state.exp_avg_sq["w"].double().numpy()})
+    m, v = state.tensors(["w"], torch.device("cpu"), torch.float64)
+
+    assert m["w"].dtype == v["w"].dtype == torch.float64 and bool((v["w"] > 0).all())
+    assert torch.equal(v["w"], torch.from_numpy(wide.exp_avg_sq["w"]))  # widening is exact
+    v["w"].zero_()  # a copy: the shipped state is reused for every batch of the chunk
+    assert bool((state.exp_avg_sq["w"] > 0).all())
+    theta, grad = torch.ones(3, 4, dtype=torch.float64), torch.full((3, 4), 1e-3, dtype=torch.float64)
+    moments = state.tensors(["w"], torch.device("cpu"), torch.float64)
+    u16 = adamw_direction({"w": theta}, {"w": grad}, state, moments)
+    u32 = adamw_direction({"w": theta}, {"w": grad}, wide, wide.tensors(["w"], torch.device("cpu"), torch.float64))
+    assert torch.equal(u16["w"], u32["w"])
+    state.check_covers({"w": (3, 4)})
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        ({"exp_avg_sq": {"w": torch.zeros(3, 5, dtype=torch.bfloat16)}}, r"exp_avg \(3, 4\) but exp_avg_sq \(3, 5\)"),
+        ({"exp_avg": {"w": torch.zeros(3, 4, dtype=torch.int16)}}, "exp_avg of 'w' must be a floating-point"),
+        ({"exp_avg_sq": {"w": np.zeros((3, 4), dtype=np.int64)}}, "exp_avg_sq of 'w' must be a floating-point"),
+    ],
+)
+def test_adamw_state_with_bf16_tensors_still_validates(overrides, match):
+    with pytest.raises(ValueError, match=match):
+        _bf16_state(**overrides)

@@ -118,6 +118,63 @@ def test_worker_bf16_state_without_lm_head_loads_like_rounded_float32():
     assert np.all(np.isfinite(a.losses))
 
 
+def _trained_snapshot(dtype: str, steps: int = 3) -> list:
+    """The parts a trainer publishes (d3ray.train.snapshot) after ``steps`` real torch AdamW steps on
+    random batches: weights and an optimizer state whose m, v are the optimizer's own, in ``dtype``."""
+    from d3ray.train.snapshot import ship_optimizer_state, ship_state
+
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(
+        transformers.AutoConfig.for_model(**MODEL), attn_implementation="eager")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1)
+    for ids in _batches(n=steps, b=4, seed=7):
+        x = torch.from_numpy(ids)
+        opt.zero_grad()
+        model(input_ids=x, labels=x).loss.backward()
+        opt.step()
+    state = AdamWState.from_torch(opt, model.named_parameters(), max_grad_norm=1.0)
+    return [ship_state(model.state_dict(), dtype), ship_optimizer_state(state, dtype)]
+
+
+def _widened(parts: list) -> list:
+    """A float32 numpy snapshot holding exactly the values of a bfloat16 one (widening is exact)."""
+    weights, state = parts
+    wide = {k: v.float().numpy() for k, v in weights.items()}
+    return [wide, replace(state, exp_avg={n: m.float().numpy() for n, m in state.exp_avg.items()},
+                          exp_avg_sq={n: v.float().numpy() for n, v in state.exp_avg_sq.items()})]
+
+
+#: bfloat16's machine epsilon (8 significant bits): one rounding moves a value by at most half of it.
+BF16_EPS = 2.0**-8
+
+
+def test_worker_bf16_snapshot_round_trips_and_sketches_close_to_float32():
+    """A bfloat16 snapshot (weights and AdamW m, v, as d3 runs ship them by default) through the
+    default influence config: (1) its only effect is the rounding, since it sketches bit for bit like a
+    float32 snapshot of the same rounded values; (2) rows and S stay within 2·eps (bf16's machine
+    epsilon, 2^-8 ≈ 0.4%) of the float32 snapshot's, relative Frobenius error. Why that tolerance: each
+    shipped value is rounded once, by at most eps/2 relative; the rows (P g, P u) and S are smooth
+    functions of the weights and of m, v (sums and products of a few rounded factors), so their
+    relative error is a small multiple of eps/2 (measured ~eps/2 here); a wrong cast, lost moments or
+    weights left unloaded give errors of order 1."""
+    config = InfluenceConfig(device="cpu")  # the defaults: first_order, adam, sjlt + control variate
+    batches, ids = _batches(n=6, b=8, seed=3), list(range(6))
+    fp32, bf16 = _trained_snapshot("float32"), _trained_snapshot("bfloat16")
+    assert all(v.dtype == torch.bfloat16 for v in bf16[0].values())
+    assert all(m.dtype == torch.bfloat16 for m in [*bf16[1].exp_avg.values(), *bf16[1].exp_avg_sq.values()])
+
+    a = InfluenceWorker(MODEL, config).sketch_batches(fp32, batches, ids)
+    b = InfluenceWorker(MODEL, config).sketch_batches(bf16, batches, ids)
+    exact = InfluenceWorker(MODEL, config).sketch_batches(_widened(bf16), batches, ids)
+
+    for rows in ("G", "U", "Q", "losses"):
+        np.testing.assert_array_equal(getattr(b, rows), getattr(exact, rows))
+    S32, S16 = influence_from_sketches([a], ids)[1], influence_from_sketches([b], ids)[1]
+    for name, x, ref in (("G", b.G, a.G), ("U", b.U, a.U), ("S", S16, S32)):
+        error = np.linalg.norm(x - ref) / np.linalg.norm(ref)
+        assert 0 < error <= 2 * BF16_EPS, f"{name}: relative error {error:.2e} of the bfloat16 snapshot"
+
+
 def test_worker_fp16_module_prefixed_state_loads():
     _, weights = _reference_model()
     fp16 = {f"module.{k}": v.astype(np.float16) for k, v in weights.items()}

@@ -7,7 +7,7 @@ from typing import Literal
 
 from d3ray.influence.config import InfluenceConfig
 from d3ray.schedule.config import ScheduleConfig
-from d3ray.schedule.scheduler import ActorRequest, BuildContext, Kind, Needs
+from d3ray.schedule.scheduler import SNAPSHOT_DTYPES, ActorRequest, BuildContext, Kind, Needs
 from d3ray.solver import IlsConfig, SolverConfig
 from d3ray.solver.pool import SolverPoolConfig
 
@@ -52,9 +52,19 @@ class D3ScheduleConfig(ScheduleConfig):
     steps it overlaps slow down less; 0 leaves Ray's value."""
     save_matrices: bool = True
     """Keep each chunk's S in the decision (rank 0 saves it under ``<run_dir>/influence/``)."""
+    snapshot_dtype: Literal["bfloat16", "float32"] = "bfloat16"
+    """The dtype of the weights snapshot (and AdamW m, v) the trainers publish every chunk for the
+    influence actors. ``bfloat16`` halves the bytes each chunk moves through the object store; the
+    actors compute in ``influence.dtype`` either way, so only the snapshot is rounded (to 8 significant
+    bits): ``d3ray bench influence --snapshot-dtype`` measures what that does to S and the order
+    (d3ray/influence/README.md, "Snapshot dtype"). ``float32`` ships exact copies."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.snapshot_dtype not in SNAPSHOT_DTYPES:
+            raise ValueError(
+                f"schedule.snapshot_dtype={self.snapshot_dtype!r} must be one of {', '.join(SNAPSHOT_DTYPES)}"
+            )
         if not 0 <= self.influence_nice <= 19:
             raise ValueError(f"schedule.influence_nice={self.influence_nice} must be in 0..19")
         if self.influence_actors < 1:
@@ -72,7 +82,8 @@ class D3ScheduleConfig(ScheduleConfig):
     def needs(self) -> Needs:
         if self.in_trainer:
             return Needs(sketches=True)
-        return Needs(weights=True, optimizer_state=self.influence.needs_optimizer_state)
+        return Needs(weights=True, optimizer_state=self.influence.needs_optimizer_state,
+                     snapshot_dtype=self.snapshot_dtype)
 
     def actor_requests(self) -> list[ActorRequest]:
         solver = ActorRequest("solver", self.solver_pool.num_actors,
