@@ -4,16 +4,19 @@
    accounts for every sample of every trained chunk: trained, or skipped with a reason. One scheduler
    per way a decision reaches the trainers (a run costs ~25 s; the suite has a 20-minute budget):
    an order from model work (d3: test_d3_pipeline.py, test_finetune.py), a selection scored by an actor
-   towards held-out targets (less), in-step loss weights from feedback (loss_reweight), a mixture from
-   feedback (odm) and a mixture against a reference model actor (doremi).
+   towards held-out targets (less), in-step loss weights (loss_reweight) and a mixture from feedback
+   against a reference model actor (doremi; odm's feedback loop is replayed below).
 2. Decisions are deterministic and survive a restart: a fresh coordinator and a freshly built
    scheduler, restored from ``checkpoint_state`` at chunk k, decide chunks k.. exactly as the
    uninterrupted coordinator did (the trainers' side, weights snapshots and per-sample feedback,
    is replayed from deterministic values, so the decisions depend on the versions they are given);
    for a mixer, the chunks are drawn with the same mixtures (``Chunk.mixture``) and hold the same samples.
+   The pure, Ray-free schedulers (random, sequential, mtl, loss_reweight) are checked without a
+   coordinator in tests/unit/test_stateless_schedulers.py.
 
 Mixers mix two of the corpus' domains here (two per-domain streams start, not seven); DoReMi's reference
-is a fresh model directory and RegMix fits a given proxy table (their pre-runs are tested in test_mix_runs.py).
+is a fresh model directory and RegMix fits a given proxy table (their pre-runs, a reference run and the
+proxy runs, are not run by this file).
 """
 
 from __future__ import annotations
@@ -31,11 +34,15 @@ from d3ray.schedule.config import ScheduleConfig
 from d3ray.schedule.scheduler import BuildContext, ChunkFeedback, Kind
 from tests.accounting import assert_every_sample_accounted, produce_chunks
 from tests.conftest import make_corpus
+from tests.unit.test_stateless_schedulers import STATELESS
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 SCHEDULERS = ScheduleConfig.known()
-SHORT_RUNS = ["less", "loss_reweight", "odm", "doremi"]  # d3 runs in test_d3_pipeline.py
+SHORT_RUNS = ["less", "loss_reweight", "doremi"]  # d3 runs in test_d3_pipeline.py
+# Pure, Ray-free schedulers decide as functions of (chunk, seed): tests/unit/test_stateless_schedulers.py
+# checks them without a coordinator; every other scheduler is replayed here.
+REPLAYED = [n for n in SCHEDULERS if n not in STATELESS]
 # Cheap knobs per scheduler (the contract does not depend on them).
 KNOBS = {"d3": ["--schedule.influence.sketch.k=64", "--schedule.influence.sample_fraction=0.5"],
          "less": ["--schedule.sketch.k=64", "--schedule.max_target_sequences=4"],
@@ -150,7 +157,7 @@ def feedback_of(chunk) -> ChunkFeedback:
     return ChunkFeedback(chunk.chunk_id, ids, tuple(d for ds in chunk.domains for d in ds), losses.astype(np.float32))
 
 
-@pytest.mark.parametrize("name", SCHEDULERS)
+@pytest.mark.parametrize("name", REPLAYED)
 def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_one(
         ray_cluster, corpus, mix_inputs, tmp_path, name):
     from functools import partial
