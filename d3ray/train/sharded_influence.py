@@ -121,7 +121,9 @@ class ShardedScorer:
         engine: the rank's DeepSpeed engine (ZeRO-3).
         config: the run's InfluenceConfig (same on every rank).
         rank, world: this rank and the number of trainer ranks.
-        keep_means: how many chunks' mean directions to keep (staleness + 1 covers a resume).
+        keep_means: how many chunks' mean directions to keep. 2 covers a resume: a rank restored from
+            a checkpoint re-sketches at most the last chunk it had sketched, whose reference is the
+            chunk before.
         nan_batches: global batch ids whose labels are masked (the ``influence_nan_batches`` drill).
         bucket_numel: gradient numbers reduce-scattered per collective (the most full-size gradient
             numbers a rank holds at once: a model smaller than this holds its whole gradient briefly).
