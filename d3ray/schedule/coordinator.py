@@ -532,7 +532,6 @@ class ScheduleCoordinator:
                     raise _Reseek
                 self._cond.wait(timeout=0.5)
 
-
     def _wait_for_influence(self, chunk_id: int) -> list | None:
         """The trainers' influence of ``chunk_id`` (waits for it); None past the deadline (the
         scheduler then falls back)."""

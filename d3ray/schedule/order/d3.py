@@ -124,15 +124,15 @@ class DrillSolverWorker(SolverWorker):
         return super().solve(key, S, init, seed)
 
 
-def take_trainer_influence(batch_ids: list[int], influence: Any):
-    """(S, info, None) from the trainers' ChunkInfluence (``influence_placement: in_trainer``), checked
-    against the chunk's batch ids (a mismatch falls back, with the reason in the schedule log)."""
+def take_trainer_influence(batch_ids: list[int], influence: Any) -> tuple[np.ndarray | None, dict[str, Any]]:
+    """(S, info) from the trainers' ChunkInfluence (``influence_placement: in_trainer``), checked
+    against the chunk's batch ids (a mismatch gives S None and ``info["error"]``: the chunk falls back)."""
     info: dict[str, Any] = {"influence_sec": float(influence.timings.get("influence/total_sec", 0.0)),
                             "influence_bytes": int(influence.S.nbytes + influence.losses.nbytes)}
     if list(influence.batch_ids) != list(batch_ids):
-        return None, {**info, "error": f"trainer influence is for batches {influence.batch_ids}, not {batch_ids}"}, None
+        return None, {**info, "error": f"trainer influence is for batches {influence.batch_ids}, not {batch_ids}"}
     info["excluded_batches"] = [int(b) for b in influence.excluded]
-    return influence.S, info, None
+    return influence.S, info
 
 
 def _part_bytes(part: Any) -> int:
@@ -214,7 +214,9 @@ class D3Scheduler(SchedulerBase):
         if self.cfg.in_trainer:  # the trainers' S of the whole chunk: here already (a few hundred bytes)
             import ray
 
-            S, info, _ = take_trainer_influence(ids, ray.get(context.influence[0]))
+            S, info = take_trainer_influence(ids, ray.get(context.influence[0]))
+            if S is None:
+                return Decided(_fallback(chunk, None, info["error"]))
             S_ref, info_ref = ray.put(S), ray.put(info)
             solve_ref = self.solver_pool.submit(chunk.chunk_id, S_ref, seed=self.seed * 1_000_003 + chunk.chunk_id)
             return D3Pending(self.cfg, chunk.chunk_id, n, S_ref, info_ref, solve_ref, started)
