@@ -16,7 +16,10 @@
 
 Mixers mix two of the corpus' domains here (two per-domain streams start, not seven); DoReMi's reference
 is a fresh model directory and RegMix fits a given proxy table (their pre-runs, a reference run and the
-proxy runs, are not run by this file).
+proxy runs, are not run by this file). The other schedulers are replayed over the corpus' packed sequences
+read once through the Ray Data reader and served from memory (``IterableSource``): a Ray Data stream costs
+seconds to start, the replay starts two per scheduler, and what is replayed here is the scheduler, not the
+reader (whose resume is tests/integration/test_data_stream.py and test_coordinator_cursor.py).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from d3ray.schedule.config import ScheduleConfig
 from d3ray.schedule.scheduler import BuildContext, ChunkFeedback, Kind
 from tests.accounting import assert_every_sample_accounted, produce_chunks
 from tests.conftest import make_corpus
+from tests.streams import memory_stream
 from tests.unit.test_stateless_schedulers import STATELESS
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -80,6 +84,24 @@ def mix_inputs(tmp_path_factory, corpus):
     (root / "proxies.csv").write_text("\n".join(rows) + "\n")
     return {"doremi": [f"--schedule.reference={root / 'reference'}"],
             "regmix": [f"--schedule.proxy_table={root / 'proxies.csv'}"]}
+
+
+@pytest.fixture(scope="module")
+def corpus_sequences(corpus) -> list:
+    """Every packed sequence of the corpus' first epoch, through the Ray Data reader, once per module."""
+    from d3ray.data.config import DataConfig
+    from d3ray.data.shards import list_shards
+    from d3ray.data.stream import CorpusSource
+    from tests.conftest import start_local_ray
+
+    start_local_ray()
+    data_dir, tokenizer = corpus
+    data = DataConfig(train_paths=[str(data_dir / "train")], seq_len=T)
+    reader = CorpusSource(list_shards(data.train_paths), data, str(tokenizer)).reader(0, None, None)
+    try:
+        return list(reader)
+    finally:
+        reader.close()
 
 
 def drawn_from(mixture: dict[str, float]) -> set[str]:
@@ -159,7 +181,7 @@ def feedback_of(chunk) -> ChunkFeedback:
 
 @pytest.mark.parametrize("name", REPLAYED)
 def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_one(
-        ray_cluster, corpus, mix_inputs, tmp_path, name):
+        ray_cluster, corpus, corpus_sequences, mix_inputs, tmp_path, name):
     from functools import partial
 
     import torch
@@ -177,8 +199,11 @@ def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_
                                         *knobs(name, mix_inputs)]).schedule
     data_dir, tokenizer = corpus
     data = DataConfig(train_paths=[str(data_dir / "train")], seq_len=T)
-    make_stream = partial(build_chunk_stream, list_shards(data.train_paths), data, str(tokenizer), B,
-                          cfg.window_batches(), 0, 0)
+    if mixes(name):  # drawn by domain: the per-domain Ray Data streams
+        make_stream = partial(build_chunk_stream, list_shards(data.train_paths), data, str(tokenizer), B,
+                              cfg.window_batches(), 0, 0)
+    else:
+        make_stream = partial(memory_stream, corpus_sequences, B, cfg.window_batches())
     model_cfg = ModelConfig()
     model_config = model_config_dict(model_cfg, len(load_tokenizer(tokenizer)), T, 0)
     torch.manual_seed(0)
