@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import make_corpus
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.own_ray]
 
 
 def test_default_d3_run_console_is_progress_eval_and_summary_only(tmp_path) -> None:
