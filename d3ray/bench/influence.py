@@ -74,6 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", type=int, default=3500, help="sjlt sketch size (with the control variate)")
     parser.add_argument("--gamma", type=float, default=1e-3, help="γ of the plain step (preconditioner none)")
     parser.add_argument("--sample-fractions", default="0.125,0.5,1.0")
+    parser.add_argument("--estimators", default=",".join(ESTIMATORS),
+                        help="comma list of the estimator families to score (default: all)")
     parser.add_argument(
         "--full-batch-estimators", default="first_order,fisher,gnb,hutchinson:1",
         help="estimators scored at sample fraction 1.0 (hutchinson:n = up to n probes): the rest is too slow on CPU",
@@ -133,14 +135,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 # ---- variants ---------------------------------------------------------------------------------------
-def variants(sample_fraction: float, full_batch: str) -> list[tuple[str, int]]:
+def variants(sample_fraction: float, full_batch: str, estimators: tuple[str, ...] = ESTIMATORS) -> list[tuple[str, int]]:
     """(estimator, probes) pairs scored at this sample fraction; probes 0 = not hutchinson.
 
     Hutchinson runs up to fraction · probes <= 1 (8 probes at 1/8 of the batch, 2 at half of it): more
     costs several training steps per batch, off the frontier of interest (<= 1x) and slow on a CPU.
     """
-    out = [(e, 0) for e in ESTIMATORS if e != "hutchinson"]
-    out += [("hutchinson", n) for n in PROBES if sample_fraction * n <= 1.0 or n == 1]
+    out = [(e, 0) for e in estimators if e != "hutchinson"]
+    if "hutchinson" in estimators:
+        out += [("hutchinson", n) for n in PROBES if sample_fraction * n <= 1.0 or n == 1]
     if sample_fraction < 1.0:
         return out
     allowed = {}
@@ -148,6 +151,15 @@ def variants(sample_fraction: float, full_batch: str) -> list[tuple[str, int]]:
         name, _, n = item.partition(":")
         allowed[name] = int(n) if n else max(PROBES)
     return [(e, n) for e, n in out if e in allowed and n <= allowed[e]]
+
+
+def estimator_families(names: str) -> tuple[str, ...]:
+    """``--estimators``: a comma list of known families, in the bench's order."""
+    asked = [n for n in names.split(",") if n]
+    unknown = sorted(set(asked) - set(ESTIMATORS))
+    if unknown or not asked:
+        raise ValueError(f"--estimators {names!r}: unknown {unknown}; known: {', '.join(ESTIMATORS)}")
+    return tuple(e for e in ESTIMATORS if e in asked)
 
 
 def _estimator_config(name: str, probes: int):
@@ -251,7 +263,7 @@ def bench_weights(model: str, cfg_dict: dict, snap, corpus, args, with_cost: boo
         for pfilter in filters:
             if pfilter is not None and frac != min(fractions):
                 continue
-            todo = variants(frac, args.full_batch_estimators)
+            todo = variants(frac, args.full_batch_estimators, estimator_families(args.estimators))
             if not todo:
                 continue
             base = InfluenceConfig(

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from d3ray.bench.influence import fidelity, variants
+from d3ray.bench.influence import estimator_families, fidelity, variants
 
 
 def _advantage(seed: int, L: int = 5) -> np.ndarray:
@@ -69,6 +69,14 @@ def test_variants_full_batch_list_limits_estimators_and_probes():
     assert variants(1.0, "fisher,hutchinson:2") == [("fisher", 0), ("hutchinson", 1)]
     assert ("hutchinson", 8) in variants(0.125, "")
     assert ("hutchinson", 4) not in variants(0.5, "")
+
+
+def test_estimators_flag_keeps_only_the_named_families_and_rejects_unknown_ones():
+    assert variants(0.125, "", estimator_families("hutchinson,first_order")) == [
+        ("first_order", 0), ("hutchinson", 1), ("hutchinson", 2), ("hutchinson", 4), ("hutchinson", 8)]
+    assert variants(0.125, "", estimator_families("first_order")) == [("first_order", 0)]
+    with pytest.raises(ValueError, match="unknown \\['hessian'\\]"):
+        estimator_families("first_order,hessian")
 
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "redpajama_sample" / "slimpajama_format"
