@@ -11,7 +11,6 @@ from pathlib import Path
 
 from d3ray.data.config import DataConfig
 from d3ray.data.sft import SftDataConfig
-from d3ray.influence.config import InfluenceConfig, SjltSketchConfig
 from d3ray.model import ModelConfig
 from d3ray.schedule.config import ScheduleConfig
 from d3ray.schedule.order.configs import D3ScheduleConfig
@@ -31,13 +30,11 @@ class RayClusterConfig:
     """Ray Train controller poll interval; each ``report`` costs about this (RAY_NOTES section 1)."""
 
 
-#: The no-argument run shows the product: D3 on the tiny model, with cheap influence knobs (a
-#: 256-dim sketch of one MLP block and the final norm, an eighth of each batch's sequences) and the
-#: influence actor at background priority so that the trainers keep the cores.
-FIRST_RUN_SCHEDULE = D3ScheduleConfig(
-    influence=InfluenceConfig(sketch=SjltSketchConfig(k=256), sample_fraction=0.125, param_filter=r"ln_f|h\.1\.mlp"),
-    influence_nice=19,
-)
+#: The no-argument run shows the product: D3 on the tiny model with the influence defaults (first_order
+#: with the AdamW step, a 3,500-dim sketch of an eighth of each batch's sequences over all parameters:
+#: the knobs ``d3ray bench influence`` picked and ``d3ray bench pipeline`` measures), the influence actor
+#: at background priority so that the trainers keep the cores.
+FIRST_RUN_SCHEDULE = D3ScheduleConfig(influence_nice=19)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,15 +11,13 @@ the other, so the ratio compares like with like on this machine:
     influence_sec / solver_sec per chunk, fallback count (D3)
     snapshot_bytes per chunk and its dtype (schedulers that read weights; ``schedule.snapshot_dtype``)
 
-The scheduler runs with the run config's defaults for it (D3: the first-run knobs of
-``d3ray.config.FIRST_RUN_SCHEDULE``: a 256-dim sketch of 1/8 of each batch's sequences, the last
-block's MLP and the final layer norm, influence at niceness 19); ``--set KEY=VALUE`` changes them for
-the scheduler's run only, and the JSON records the resolved schedule config. Niceness 19 matters
-where the influence actor shares the trainers' cores: Ray runs every worker at 15. On a 2-core box
-the D3 ratio stays noisy (0.73-0.92 at 19, 0.62-0.94 at 15 over runs of 96 steps): the steps that
-overlap a chunk's influence are 40-60% slower, because influence is CPU work on the trainers' cores;
-on GPU clusters it has its own (fractional) GPU. With ``train.num_workers=1`` the influence actor has
-the second core to itself: ratio 0.81-0.86 over three runs of 96-192 steps.
+The scheduler runs with the run config's defaults for it (D3: ``d3ray.config.FIRST_RUN_SCHEDULE``, the
+influence defaults: first_order with the AdamW step, a 3,500-dim sketch of 1/8 of each batch's
+sequences over all parameters, influence at niceness 19); ``--set KEY=VALUE`` changes them for the
+scheduler's run only, and the JSON records the resolved schedule config. Niceness 19 matters where
+the influence actor shares the trainers' cores: Ray runs every worker at 15. On a 2-core box the steps
+that overlap a chunk's influence are slower, because influence is CPU work on the trainers' cores; on
+GPU clusters it has its own (fractional) GPU. Measured figures: README.md ("Benchmarks").
 """
 
 from __future__ import annotations
