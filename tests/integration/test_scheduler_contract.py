@@ -5,7 +5,9 @@
    per way a decision reaches the trainers (a run costs ~25 s; the suite has a 20-minute budget):
    an order from model work (d3: test_d3_pipeline.py, test_finetune.py), a selection scored by an actor
    towards held-out targets (less), in-step loss weights (loss_reweight) and a mixture from feedback
-   against a reference model actor (doremi; odm's feedback loop is replayed below).
+   against a reference model actor (doremi; odm's feedback loop is replayed below). The mixer's run also
+   loses a trainer in its second chunk: rolled back to the checkpoint after the first, it trains the
+   samples the logged mixtures draw, each exactly once.
 2. Decisions are deterministic and survive a restart: a fresh coordinator and a freshly built
    scheduler, restored from ``checkpoint_state`` at chunk k, decide chunks k.. exactly as the
    uninterrupted coordinator did (the trainers' side, weights snapshots and per-sample feedback,
@@ -32,6 +34,7 @@ import pytest
 
 from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
+from d3ray.faults import FaultPlan, marker, write_plan
 from d3ray.run_files import read_jsonl
 from d3ray.schedule.config import ScheduleConfig
 from d3ray.schedule.scheduler import BuildContext, ChunkFeedback, Kind
@@ -136,9 +139,14 @@ def test_scheduler_contract_short_run_completes_logs_and_accounts_for_every_samp
         ray_cluster, corpus, mix_inputs, tmp_path, name) -> None:
     from d3ray.train.run import run_pretrain
 
-    cfg = run_config(corpus, tmp_path, f"contract-{name}", name, knobs(name, mix_inputs))
+    drill = ["--train.max_failures=1", "--train.checkpoint_every_chunks=1"] if mixes(name) else []
+    cfg = run_config(corpus, tmp_path, f"contract-{name}", name, [*knobs(name, mix_inputs), *drill])
+    if mixes(name):  # a trainer dies in chunk 1: rolled back to the checkpoint after chunk 0, drawn again
+        write_plan(cfg.run_dir, FaultPlan(trainer_exit_at_step=L + 1))
     final = run_pretrain(cfg)
     assert final["steps"] == STEPS and np.isfinite(final["final_loss"])
+    if mixes(name):
+        assert marker(cfg.run_dir, f"trainer_exit_at_step_{L + 1}").exists(), "the drill did fire"
     schedule = read_jsonl(cfg.run_dir / "schedule_log.jsonl")
     assert [r["chunk_id"] for r in schedule] == list(range(STEPS // L))
     assert all(r["scheduler"] == name and r["fallback"] is False for r in schedule), schedule
