@@ -185,16 +185,28 @@ def test_nice_keeps_the_candidates_that_copy_the_rewarded_responses(suite_setup)
 
 
 def test_nice_target_is_a_function_of_seed_and_weights_version(suite_setup) -> None:
-    worker, state, _, tok_dir, sets = suite_setup
+    """Sampled at temperature 1: the reference of each example is the first response its own seed
+    (run seed 3, version 2, set, index) draws, so those draws are rewarded; another version draws others."""
+    worker, state, tokenizer, tok_dir, sets = suite_setup
     worker._load([state])
-    targets = {"copy": sets["copy"], "add": sets["add"]}
-    scorer = NiceScorer(sketch=IdentitySketchConfig(), param_filter=r"^transformer\.h\.1\.", targets=targets,
+    eos = tokenizer.eos_token_id
+    data = {k: np.array(v) for k, v in sets["add"].items()}
+    references = []
+    for i in range(4):
+        prompt = data["input_ids"][i][:np.argmax(data["loss_mask"][i])].astype(np.int64)
+        first = worker.sample_responses(prompt, 2, 4, 1.0, example_seed(3, 2, "echo", i), eos)[0]
+        references.append(tokenizer.decode([t for t in first if t != eos]))
+    data["references"] = np.array(references)
+    scorer = NiceScorer(sketch=IdentitySketchConfig(), param_filter=r"^transformer\.h\.1\.", targets={"echo": data},
                         tokenizer_dir=tok_dir, seed=3, weights_version=2, samples=2, max_new_tokens=4,
-                        temperature=1.0, zero_reward="reference")
+                        temperature=1.0)
     a, b = scorer.target(worker), scorer.target(worker)
+    assert np.all(a.rewards["echo"][:, 0] == 1.0)
     np.testing.assert_array_equal(a.directions, b.directions)
-    assert a.rewards["copy"].shape == (4, 2)
-    assert scorer.target_key() != dataclasses.replace(scorer, weights_version=3).target_key()
+    np.testing.assert_array_equal(a.rewards["echo"], b.rewards["echo"])
+    later = dataclasses.replace(scorer, weights_version=3, zero_reward="reference")
+    assert not np.array_equal(later.target(worker).rewards["echo"], a.rewards["echo"])
+    assert scorer.target_key() != later.target_key()
 
 
 # ---- configs -------------------------------------------------------------------------------------
