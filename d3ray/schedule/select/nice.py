@@ -184,11 +184,14 @@ class NiceScorer(LessScorer):
         features, rewards = {}, {}
         for set_name, data in sorted(target_arrays(self.targets).items()):
             features[set_name], rewards[set_name] = self._set_features(worker, sketch, names, tokenizer, set_name, data)
-        kept, directions = nice_directions(features)
         all_rewards = np.concatenate([r.ravel() for r in rewards.values()])
-        logger.info("nice: weights version %d: %d target sets, mean reward %.3f over %d sampled responses; "
-                    "sets with a direction: %s", self.weights_version, len(rewards), float(all_rewards.mean()),
-                    len(all_rewards), ", ".join(kept))
+        summary = (f"weights version {self.weights_version}: mean reward {float(all_rewards.mean()):.3f} over "
+                   f"{len(all_rewards)} sampled responses of {len(rewards)} target sets")
+        try:
+            kept, directions = nice_directions(features)
+        except ValueError as err:
+            raise ValueError(f"{err} ({summary})") from None
+        logger.info("nice: %s; sets with a direction: %s", summary, ", ".join(kept))
         return NiceTarget(names=names, directions=directions, moments=moments, rewards=rewards,
                           kept_sets=tuple(kept))
 
