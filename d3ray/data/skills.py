@@ -181,6 +181,15 @@ def check_answer(task: str, prompt: str, response: str) -> bool:
     return normalize_response(response) == solve(task, prompt)
 
 
+def exact_match(task: str, prompt: str, response: str, reference: str) -> bool:
+    """The SFT exact match of the evaluation and of the NICE selector's reward: a suite skill's answer
+    is recomputed from the prompt (:func:`check_answer`); any other task's response is compared with the
+    reference after :func:`normalize_response`."""
+    if task in PREREQUISITES:
+        return check_answer(task, prompt, response)
+    return normalize_response(response) == normalize_response(reference)
+
+
 def is_test_prompt(prompt: str, test_fraction: float) -> bool:
     """The split of a prompt: a pure function of its text (SHA-256), so train and test are disjoint."""
     bucket = int.from_bytes(hashlib.sha256(prompt.encode("utf-8")).digest()[:8], "big") / 2**64

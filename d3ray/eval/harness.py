@@ -106,11 +106,10 @@ _ROLLING = {
 
 
 def _sft_exact_match(doc: dict[str, Any], results: list[str]) -> dict[str, float]:
-    from d3ray.data.skills import SKILLS, check_answer, normalize_response
+    from d3ray.data.skills import exact_match
 
-    if doc["task"] in SKILLS:  # the suite: recompute the answer from the prompt
-        return {"exact_match": float(check_answer(doc["task"], doc["prompt"], results[0]))}
-    return {"exact_match": float(normalize_response(results[0]) == normalize_response(doc["response"]))}
+    # the suite: the answer recomputed from the prompt; other tasks: the normalized reference
+    return {"exact_match": float(exact_match(doc["task"], doc["prompt"], results[0], doc["response"]))}
 
 
 def cloze_target(context: str, continuation: str) -> str:

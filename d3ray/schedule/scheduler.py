@@ -44,7 +44,7 @@ class Kind(StrEnum):
     ORDER = "order"
     """The order of a chunk's batches (D3, curricula, random, sequential, mtl)."""
     SELECT = "select"
-    """Which samples of a candidate window train (LESS, loss, delta-loss, TSDS, NEAR)."""
+    """Which samples of a candidate window train (LESS, NICE, loss, delta-loss, TSDS, NEAR)."""
     WEIGHT = "weight"
     """Per-sample loss weights inside the step (loss reweighting)."""
     MIX = "mix"

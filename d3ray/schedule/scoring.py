@@ -8,11 +8,12 @@
                              ──► embeddings (n, H)      mean-pooled last hidden states (TSDS, NEAR)
                              ──► score(scorer) (n,)     a selector's scores: the selector's own pure math over
                                                         the primitives below, its target computed once per
-                                                        weights version and cached here (LESS, TSDS, NEAR, Δ-loss)
+                                                        weights version and cached here (LESS, NICE, TSDS, NEAR, Δ-loss)
 
 Primitives a :class:`Scorer` may call: :meth:`ScoringWorker.sequence_losses` (current model or a reference
 model), :meth:`ScoringWorker.embed`, :meth:`ScoringWorker.gradient_features` (per-sequence loss gradients,
-optionally transformed, then JL-sketched), :meth:`ScoringWorker.reference_model`.
+optionally transformed, then JL-sketched), :meth:`ScoringWorker.sample_responses` (seeded sampling from the
+loaded model), :meth:`ScoringWorker.reference_model`.
 
 A plain class (``ray.remote(ScoringWorker)`` where it is created), so tests can call it directly.
 Labels come from :func:`d3ray.data.labels.lm_labels`, losses from :func:`d3ray.lm_loss.sequence_losses`:
@@ -240,6 +241,14 @@ class ScoringWorker:
                     grads = transform(grads)
                 out.append(sketch.project(grads).float().numpy())  # (b, k)
         return np.concatenate(out) if out else np.zeros((0, 0), dtype=np.float32)
+
+    def sample_responses(self, prompt_ids: np.ndarray, samples: int, max_new_tokens: int, temperature: float,
+                         seed: int, eos_id: int) -> list[np.ndarray]:
+        """``samples`` responses of the loaded model to one prompt, seeded by ``seed`` (see
+        :func:`d3ray.schedule.sampling.sample_responses`; the policy of NICE)."""
+        from d3ray.schedule.sampling import sample_responses
+
+        return sample_responses(self.model, prompt_ids, samples, max_new_tokens, temperature, seed, eos_id)
 
     def memo(self, key: Hashable, factory: Callable[[], Any]) -> Any:
         """``factory()`` made once per ``key`` for the actor's lifetime (e.g. a sketch whose hashed rows

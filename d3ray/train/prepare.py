@@ -116,22 +116,46 @@ def load_eval_sets(cfg: RunConfig, prepared: PreparedData) -> dict[str, Any]:
 
 
 def _sft_eval_sets(prepared: PreparedData, per_task: int) -> dict[str, dict[str, Any]]:
-    import numpy as np
-
-    from d3ray.data.records import BadRecordLedger
-    from d3ray.data.sft_sequences import iter_sft_sequences
-
     if not prepared.sft_eval_paths:
         return {}
-    held_out = dataclasses.replace(prepared.sft, paths=list(prepared.sft_eval_paths), batching="pad")
+    return sft_eval_sets(prepared.sft, prepared.sft_eval_paths, prepared.tokenizer_dir, per_task)
+
+
+def sft_eval_sets(sft: SftDataConfig, paths: list[str], tokenizer: Any, per_task: int) -> dict[str, dict[str, Any]]:
+    """Per-task held-out SFT sets: the first ``per_task`` records of each task of ``paths``, one per row.
+
+    Returns:
+        task → ``{input_ids (n, T) int32, n_tokens (n,) int32, loss_mask (n, T) bool, prompts (n,) str,
+        references (n,) str}``: the rendered rows (the responses are the loss targets) and, next to them,
+        each row's raw last prompt message and reference response (``SftRecord.prompt`` / ``.response``),
+        which a reward such as :func:`d3ray.data.skills.exact_match` reads (the NICE selector).
+    """
+    import numpy as np
+
+    from d3ray.data.packing import make_sample_id
+    from d3ray.data.records import BadRecordLedger
+    from d3ray.data.sft import iter_sft_records
+    from d3ray.data.sft_sequences import iter_sft_sequences
+    from d3ray.data.shards import list_shards
+
+    held_out = dataclasses.replace(sft, paths=list(paths), batching="pad")
     by_task: dict[str, list[Any]] = {}
-    for seq in iter_sft_sequences(held_out, prepared.tokenizer_dir, BadRecordLedger()):
+    for seq in iter_sft_sequences(held_out, tokenizer, BadRecordLedger()):
         rows = by_task.setdefault(seq.domain, [])
         if len(rows) < per_task:
             rows.append(seq)
+    wanted = {s.sample_id for rows in by_task.values() for s in rows}
+    texts = {}  # sample id → (prompt, reference) of the records kept above (one record per row: ``pad``)
+    for shard in list_shards(held_out.paths):
+        for record in iter_sft_records(shard, held_out.default_task, held_out.max_record_bytes):
+            sample_id = make_sample_id(record.shard, record.line, 0)
+            if not record.is_bad and sample_id in wanted:
+                texts[sample_id] = (record.prompt, record.response)
     return {task: {"input_ids": np.stack([s.tokens for s in rows]).astype(np.int32),
                    "n_tokens": np.asarray([s.n_tokens for s in rows], dtype=np.int32),
-                   "loss_mask": np.stack([s.loss_mask for s in rows])}
+                   "loss_mask": np.stack([s.loss_mask for s in rows]),
+                   "prompts": np.asarray([texts[s.sample_id][0] for s in rows], dtype=np.str_),
+                   "references": np.asarray([texts[s.sample_id][1] for s in rows], dtype=np.str_)}
             for task, rows in sorted(by_task.items())}
 
 

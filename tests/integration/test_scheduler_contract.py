@@ -4,10 +4,10 @@
    accounts for every sample of every trained chunk: trained, or skipped with a reason. One scheduler
    per way a decision reaches the trainers (a run costs ~25 s; the suite has a 20-minute budget):
    an order from model work (d3: test_d3_pipeline.py, test_finetune.py), a selection scored by an actor
-   towards held-out targets (less), in-step loss weights (loss_reweight) and a mixture from feedback
-   against a reference model actor (doremi; odm's feedback loop is replayed below). The mixer's run also
-   loses a trainer in its second chunk: rolled back to the checkpoint after the first, it trains the
-   samples the logged mixtures draw, each exactly once.
+   towards held-out targets (less; nice is replayed below, on held-out SFT prompts), in-step loss
+   weights (loss_reweight) and a mixture from feedback against a reference model actor (doremi; odm's
+   feedback loop is replayed below). The mixer's run also loses a trainer in its second chunk: rolled
+   back to the checkpoint after the first, it trains the samples the logged mixtures draw, each exactly once.
 2. Decisions are deterministic and survive a restart: a fresh coordinator and a freshly built
    scheduler, restored from ``checkpoint_state`` at chunk k, decide chunks k.. exactly as the
    uninterrupted coordinator did (the trainers' side, weights snapshots and per-sample feedback,
@@ -54,7 +54,14 @@ REPLAYED = [n for n in SCHEDULERS if n not in STATELESS]
 KNOBS = {"d3": ["--schedule.influence.sketch.k=64", "--schedule.influence.sample_fraction=0.5"],
          "less": ["--schedule.sketch.k=64", "--schedule.max_target_sequences=4"],
          "tsds": ["--schedule.max_target_sequences=4"],
-         "near": ["--schedule.max_target_sequences=4"]}
+         "near": ["--schedule.max_target_sequences=4"],
+         # NICE samples from held-out SFT prompts (sft_targets below); the random model rewards nothing,
+         # so each prompt's reference stands in (zero_reward=reference): the sampling still runs, seeded
+         "nice": ["--schedule.sketch.k=64", "--schedule.max_target_sequences=2", "--schedule.samples=2",
+                  "--schedule.max_new_tokens=3", "--schedule.target_sets=[add, copy]",
+                  "--schedule.zero_reward=reference"]}
+SFT_TARGETS = {"nice"}
+"""Selectors whose target must be held-out SFT records: the replay gives them the skill suite's."""
 STEPS, L, B, T = 4, 2, 4, 32
 MIX_DOMAINS = ["RedPajamaC4", "RedPajamaCommonCrawl"]
 
@@ -187,6 +194,16 @@ def feedback_of(chunk) -> ChunkFeedback:
     return ChunkFeedback(chunk.chunk_id, ids, tuple(d for ds in chunk.domains for d in ds), losses.astype(np.float32))
 
 
+def sft_targets(root, tokenizer: str) -> dict:
+    """Held-out SFT sets of the skill suite (prompts with references), as a fine-tuning run's driver makes them."""
+    from d3ray.data.sft import SftDataConfig
+    from d3ray.data.skills import write_sft_suite
+    from d3ray.train.prepare import sft_eval_sets
+
+    suite = write_sft_suite(root / "suite", seed=1, train_per_skill=7, test_per_skill=7)
+    return sft_eval_sets(SftDataConfig(paths=[str(suite / "train")], seq_len=T), [str(suite / "test")], tokenizer, 4)
+
+
 @pytest.mark.parametrize("name", REPLAYED)
 def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_one(
         ray_cluster, corpus, corpus_sequences, mix_inputs, tmp_path, name):
@@ -220,9 +237,10 @@ def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_
     params = [n for n, _ in model.named_parameters()]
     needs = cfg.needs()
     snapshot = partial(snapshot_of_version, base, params, optimizer=needs.optimizer_state)
-    held_out = load_eval_sequences([str(data_dir / "validation")], data, str(tokenizer), 4)  # selectors' targets
+    held_out = (sft_targets(tmp_path, str(tokenizer)) if name in SFT_TARGETS  # selectors' targets
+                else load_eval_sequences([str(data_dir / "validation")], data, str(tokenizer), 4))
     ctx = BuildContext(seed=5, model_config=model_config, model=model_cfg, run_name=f"c-{name}", run_dir=str(tmp_path),
-                       batch_size=B, total_chunks=N_CHUNKS, eval_sets=[ray.put(held_out)],
+                       batch_size=B, total_chunks=N_CHUNKS, eval_sets=[ray.put(held_out)], tokenizer_dir=str(tokenizer),
                        domains=MIX_DOMAINS if mixes(name) else None)
 
     def coordinator_and_scheduler():

@@ -121,4 +121,6 @@ class ScoredPending:
                       "score_sec": time.perf_counter() - self.started}
             return top_k_decision(scores, self.k_batches, self.chunk.batch_size, record)
         except (GetTimeoutError, RayError, ValueError) as err:
-            return self.head.fallback(self.chunk, f"{type(err).__name__}: {str(err).splitlines()[0][:200]}")
+            cause = getattr(err, "cause", None)  # a RayTaskError's first line is the actor's repr: say why instead
+            shown = cause if isinstance(cause, Exception) else err
+            return self.head.fallback(self.chunk, f"{type(shown).__name__}: {str(shown).splitlines()[0][:300]}")

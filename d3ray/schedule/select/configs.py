@@ -137,6 +137,61 @@ class LessSelectScheduleConfig(TargetSelectScheduleConfig):
         return LessSelectHead(self, ctx)
 
 
+@ScheduleConfig.register("nice")
+@dataclass(frozen=True, kw_only=True)
+class NiceSelectScheduleConfig(LessSelectScheduleConfig):
+    """NICE: LESS towards a non-differentiable metric: keep the candidates whose Adam update direction best
+    aligns with the policy gradient of the reward (exact match) of responses sampled from the current model
+    for the held-out SFT prompts. See ``select/nice.py``."""
+
+    paper = ("Wang et al. 2025, NICE: Non-differentiable evaluation metric-based data selection for instruction "
+             "tuning; DataFlex nice")
+
+    max_target_sequences: int = 8
+    """The first this many prompts of each target set are sampled from (S responses each)."""
+    samples: int = 4
+    """S: responses sampled per target prompt (DataFlex's mc_samples: 4)."""
+    max_new_tokens: int = 16
+    """At most this many tokens per sampled response (and never past the held-out rows' T)."""
+    temperature: float = 0.7
+    """Sampling temperature (DataFlex: 0.7); 0 = greedy (the S responses are then identical)."""
+    reward: str = "exact_match"
+    """The metric: ``exact_match`` (the SFT suite's recomputing checker for its skills, the normalized
+    reference response for other tasks: the evaluation's rule). No reward model is built."""
+    baseline: str = "none"
+    """``none`` (the paper: Σ r_s·∇log π) or ``mean`` (r_s − the mean reward of the prompt's samples)."""
+    zero_reward: str = "skip"
+    """A prompt whose samples all score the baseline has no policy-gradient direction: ``skip`` it (no
+    prompt of any set rewarded: the chunk falls back to its first batches), or use its ``reference``
+    response as one rewarded sample (LESS's target for that prompt)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        from d3ray.schedule.select.nice import BASELINES, REWARDS, ZERO_REWARD
+
+        if self.samples < 1:
+            raise ValueError(f"schedule.samples={self.samples} must be >= 1")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"schedule.max_new_tokens={self.max_new_tokens} must be >= 1")
+        if not self.temperature >= 0:
+            raise ValueError(f"schedule.temperature={self.temperature} must be >= 0 (0 = greedy)")
+        if self.reward not in REWARDS:
+            raise ValueError(f"schedule.reward={self.reward!r} is not built; known: {list(REWARDS)} (a reward model, "
+                             f"DataFlex's nice_rm, would need a local reward-model directory)")
+        if self.baseline not in BASELINES:
+            raise ValueError(f"schedule.baseline={self.baseline!r} must be one of {list(BASELINES)}")
+        if self.baseline == "mean" and self.samples < 2:
+            raise ValueError(f"schedule.baseline=mean needs schedule.samples >= 2 (got {self.samples}): with one "
+                             f"sample every feature is zero")
+        if self.zero_reward not in ZERO_REWARD:
+            raise ValueError(f"schedule.zero_reward={self.zero_reward!r} must be one of {list(ZERO_REWARD)}")
+
+    def build_head(self, ctx: BuildContext):
+        from d3ray.schedule.select.nice import NiceSelectHead
+
+        return NiceSelectHead(self, ctx)
+
+
 @ScheduleConfig.register("delta_loss")
 @dataclass(frozen=True, kw_only=True)
 class DeltaLossSelectScheduleConfig(ScorerSelectScheduleConfig):

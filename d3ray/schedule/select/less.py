@@ -188,19 +188,25 @@ class LessScorer:
     def _sketch(self, worker: ScoringWorker) -> Any:
         return worker.memo(("sketch", repr(self.sketch)), self.sketch.build)
 
-    def target(self, worker: ScoringWorker) -> LessTarget:
+    def candidate_setup(self, worker: ScoringWorker) -> tuple[list[str], AdamMoments | None]:
+        """The parameters taking part, and the snapshot's optimizer state restricted to them (None:
+        plain-gradient candidate features)."""
         names = worker.parameter_names(self.param_filter)
-        sketch = self._sketch(worker)
-        features = []
-        for data in target_arrays(self.targets).values():
-            ids, _, labels = sequence_arrays(data)
-            features.append(worker.gradient_features(ids, labels, sketch, names))  # SGD gradients, as LESS
         moments = None
         if worker.optimizer_state is not None:
             moments = AdamMoments.from_part(worker.optimizer_state)
             params = dict(worker.model.named_parameters())
             moments.check_covers({n: tuple(params[n].shape) for n in names})
             moments = moments.restricted(names)
+        return names, moments
+
+    def target(self, worker: ScoringWorker) -> LessTarget:
+        names, moments = self.candidate_setup(worker)
+        sketch = self._sketch(worker)
+        features = []
+        for data in target_arrays(self.targets).values():
+            ids, _, labels = sequence_arrays(data)
+            features.append(worker.gradient_features(ids, labels, sketch, names))  # SGD gradients, as LESS
         logger.info("less: target features of %d sets over %d parameter tensors; candidate features %s",
                     len(features), len(names), "Adam (snapshot optimizer state)" if moments else "plain gradients")
         return LessTarget(names=names, directions=target_directions(features), moments=moments)

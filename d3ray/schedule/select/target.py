@@ -68,13 +68,19 @@ def _first(data: Any, count: int) -> Any:
     return _rows(data, count) if isinstance(data, Mapping) else np.asarray(data)[:count]
 
 
-def put_target_sets(ctx: BuildContext, cfg: Any) -> list:
-    """The chosen target sets (``cfg.target_sets``, ``cfg.max_target_sequences``) put in the object store
-    once: ``[ObjectRef]``, list-wrapped so that Ray hands the ref, not the dict, to the actor."""
+def chosen_target_sets(ctx: BuildContext, cfg: Any) -> dict[str, Any]:
+    """The run's held-out sets chosen by ``cfg.target_sets`` and capped at ``cfg.max_target_sequences``
+    (see :func:`choose_target_sets`); ``ctx.eval_sets`` is ``[ObjectRef]`` (or ``[dict]``, in tests)."""
+    available = target_arrays(ctx.eval_sets) if ctx.eval_sets else {}
+    return choose_target_sets(available, cfg.target_sets, cfg.max_target_sequences)
+
+
+def put_target_sets(ctx: BuildContext, cfg: Any, chosen: dict[str, Any] | None = None) -> list:
+    """The chosen target sets (:func:`chosen_target_sets`, unless given) put in the object store once:
+    ``[ObjectRef]``, list-wrapped so that Ray hands the ref, not the dict, to the actor."""
     import ray
 
-    available = ray.get(ctx.eval_sets[0]) if ctx.eval_sets else {}
-    return [ray.put(choose_target_sets(available, cfg.target_sets, cfg.max_target_sequences))]
+    return [ray.put(chosen_target_sets(ctx, cfg) if chosen is None else chosen)]
 
 
 class ScorerHead(SelectHead):
