@@ -31,7 +31,7 @@ class RayClusterConfig:
 
 
 #: The no-argument run shows the product: D3 on the tiny model with the influence defaults (first_order
-#: with the AdamW step, a 3,500-dim sketch of an eighth of each batch's sequences over all parameters:
+#: with the AdamW step, a 16,384-dim sketch of an eighth of each batch's sequences over all parameters:
 #: the knobs ``d3ray bench influence`` picked and ``d3ray bench pipeline`` measures), the influence actor
 #: at background priority so that the trainers keep the cores.
 FIRST_RUN_SCHEDULE = D3ScheduleConfig(influence_nice=19)

@@ -144,7 +144,8 @@ class DeviceConstants:
 
 @dataclass(frozen=True, kw_only=True)
 class InfluenceLoad:
-    """The influence knobs that set its cost (``InfluenceConfig`` and ``ScheduleConfig.L`` defaults)."""
+    """The influence knobs that set its cost (``InfluenceConfig`` and ``ScheduleConfig.L`` defaults; k is
+    the paper's 3,500, which the published tables use: k moves only the k-vectors' bytes and all-reduce)."""
 
     L: int = 8
     sample_fraction: float = 0.125

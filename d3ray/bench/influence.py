@@ -71,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=8, help="sequences per batch")
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--vocab", type=int, default=1024, help="BPE vocabulary trained on the sample")
-    parser.add_argument("--k", type=int, default=3500, help="sjlt sketch size (with the control variate)")
+    parser.add_argument("--k", type=int, default=16384, help="sjlt sketch size (with the control variate)")
     parser.add_argument("--gamma", type=float, default=1e-3, help="γ of the plain step (preconditioner none)")
     parser.add_argument("--sample-fractions", default="0.125,0.5,1.0")
     parser.add_argument("--estimators", default=",".join(ESTIMATORS),

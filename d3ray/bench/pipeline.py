@@ -12,7 +12,7 @@ the other, so the ratio compares like with like on this machine:
     snapshot_bytes per chunk and its dtype (schedulers that read weights; ``schedule.snapshot_dtype``)
 
 The scheduler runs with the run config's defaults for it (D3: ``d3ray.config.FIRST_RUN_SCHEDULE``, the
-influence defaults: first_order with the AdamW step, a 3,500-dim sketch of 1/8 of each batch's
+influence defaults: first_order with the AdamW step, a 16,384-dim sketch of 1/8 of each batch's
 sequences over all parameters, influence at niceness 19); ``--set KEY=VALUE`` changes them for the
 scheduler's run only, and the JSON records the resolved schedule config. Niceness 19 matters where
 the influence actor shares the trainers' cores: Ray runs every worker at 15. On a 2-core box the steps
