@@ -2,12 +2,17 @@
 same model, data and tokens.
 
 Both runs go through the same driver (``run_pretrain``) on the same Ray instance, one after
-the other, so the ratio compares like with like on this machine:
+the other, so the ratio compares like with like on this machine. ``--repeats`` pairs (default 2)
+alternate which of the two runs first: on a 2-core box the second run of a pair is slower by itself
+(``--scheduler random``, the A/A check, measured step-time ratios 1.12 and 0.97 for the two orders of
+one random-order run against another), so a single pair with the scheduler always second blamed
+that on the scheduler. The figures pool every step and token of the repeats:
 
     throughput_ratio       = scheduler tokens/s ÷ random-order tokens/s (trainer loop wall time)
     trainer_wait_fraction  = Σ trainer wait for the next decided chunk ÷ training wall time
                              (also without chunk 0, which cannot overlap with anything)
-    step_sec_ratio         = mean step time ÷ random order's (what weighting adds to a step)
+    step_sec_ratio         = mean step time ÷ random order's (what weighting adds to a step), also
+                             as a ratio of medians (robust to the box's spikes) and per repeat (spread)
     influence_sec / solver_sec per chunk, fallback count (D3)
     snapshot_bytes per chunk and its dtype (schedulers that read weights; ``schedule.snapshot_dtype``)
 

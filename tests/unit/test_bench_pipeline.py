@@ -78,3 +78,22 @@ def test_repeats_alternate_which_run_goes_first_and_random_is_its_own_a_a_check(
     assert repeat_order(4) == [(0, False), (1, True), (2, False), (3, True)]
     assert run_labels("loss_reweight") == ("random", "loss_reweight")
     assert run_labels("random") == ("random", "random_b")  # two run directories, not one resumed twice
+
+
+def test_bench_step_times_both_paths_of_the_loop_step_and_writes_the_ratio(tmp_path):
+    """``d3ray bench step`` on a minimal step: both kinds measured, phases add up to the step."""
+    import argparse
+    import json
+
+    from d3ray.bench.step import PHASES, add_arguments, run
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    out = tmp_path / "step.json"
+    assert run(parser.parse_args(["--out", str(out), "--steps", "2", "--seq-len", "16", "--vocab", "64"])) == 0
+    report = json.loads(out.read_text())
+    for kind in ("unweighted", "weighted"):
+        phases = sum(report[kind][f"{phase}_ms"] for phase in PHASES)
+        assert report[kind]["mean_step_ms"] == pytest.approx(phases) and phases > 0
+    assert report["weighted_step_ratio"] == pytest.approx(
+        report["weighted"]["mean_step_ms"] / report["unweighted"]["mean_step_ms"])
