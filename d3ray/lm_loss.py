@@ -23,12 +23,15 @@ def sequence_losses(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.T
     Returns:
         (sums (b,) float32, counts (b,) float32): Σ_t CE over the targets of each sequence, and their number.
     """
-    pred = logits[:, :-1, :].float()  # (b, T-1, V)
-    target = labels[:, 1:]  # (b, T-1)
-    ce = F.cross_entropy(pred.reshape(-1, pred.shape[-1]), target.reshape(-1), ignore_index=-100, reduction="none")
-    ce = ce.view(target.shape)
+    # Shift the labels, not the logits (as Hugging Face's loss does): the logits stay one contiguous
+    # (b·T, V) view, with no copy of the largest tensor of the step in the forward or the backward;
+    # the last position, which predicts nothing, gets the ignored label (a 0 term).
+    b, t, v = logits.shape
+    target = F.pad(labels[:, 1:], (0, 1), value=-100)  # (b, T)
+    pred = logits if logits.dtype == torch.float32 else logits.float()
+    ce = F.cross_entropy(pred.reshape(b * t, v), target.reshape(-1), ignore_index=-100, reduction="none")
     valid = (target != -100).float()
-    return (ce * valid).sum(dim=1), valid.sum(dim=1)
+    return ce.view(b, t).sum(dim=1), valid.sum(dim=1)  # ignored targets already cost 0
 
 
 def step_loss(sums: torch.Tensor, counts: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""``d3ray bench {solver,influence,influence-capacity,pipeline,finetune,eval,data}``: benchmarks run side by side with their baseline in
+"""``d3ray bench {solver,influence,influence-capacity,pipeline,step,finetune,eval,data}``: benchmarks run side by side with their baseline in
 one process, reported as ratios, written as JSON (``--out FILE.json``)."""
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ BENCHMARKS = {
     "influence-capacity": ("influence_capacity", "measured influence constants and the capacity model from 124M to "
                            "70B: memory, bytes and trainer wait per chunk, snapshot vs in-trainer mode"),
     "pipeline": ("pipeline", "a D3 run vs a random-order run on the same tokens: throughput ratio, trainer wait"),
+    "step": ("step", "one training step unweighted vs under loss reweighting, interleaved in one process: "
+             "step time ratio and phases"),
     "finetune": ("finetune", "LoRA vs full fine-tuning of the small model on the same SFT tokens: step time ratio"),
     "eval": ("eval", "1,000-example cloze and multiple-choice tasks on the tiny model through lm-eval: seconds vs 60 s"),
     "data": ("data", "the data stream (plain and mixed, 1 and N actors) vs a plain loop: tokens/s, resume, epoch gap"),

@@ -2,12 +2,17 @@
 same model, data and tokens.
 
 Both runs go through the same driver (``run_pretrain``) on the same Ray instance, one after
-the other, so the ratio compares like with like on this machine:
+the other, so the ratio compares like with like on this machine. ``--repeats`` pairs (default 2)
+alternate which of the two runs first: on a 2-core box the second run of a pair is slower by itself
+(``--scheduler random``, the A/A check, measured step-time ratios 1.12 and 0.97 for the two orders of
+one random-order run against another), so a single pair with the scheduler always second blamed
+that on the scheduler. The figures pool every step and token of the repeats:
 
     throughput_ratio       = scheduler tokens/s ÷ random-order tokens/s (trainer loop wall time)
     trainer_wait_fraction  = Σ trainer wait for the next decided chunk ÷ training wall time
                              (also without chunk 0, which cannot overlap with anything)
-    step_sec_ratio         = mean step time ÷ random order's (what weighting adds to a step)
+    step_sec_ratio         = mean step time ÷ random order's (what weighting adds to a step), also
+                             as a ratio of medians (robust to the box's spikes) and per repeat (spread)
     influence_sec / solver_sec per chunk, fallback count (D3)
     snapshot_bytes per chunk and its dtype (schedulers that read weights; ``schedule.snapshot_dtype``)
 
@@ -42,7 +47,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps of each run (default 96, or --config's)")
     parser.add_argument("--L", type=int, default=None, help="chunk length (default 8, or --config's)")
     parser.add_argument("--scheduler", default="d3", help="the scheduler to measure against random order (default d3)")
-    parser.add_argument("--quick", action="store_true", help="16 steps, L=4 (a smoke test of the benchmark)")
+    parser.add_argument("--quick", action="store_true",
+                        help="16 steps, L=4, one repeat (a smoke test of the benchmark)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="pairs of runs (default 2; 1 with --quick): random order and the scheduler alternate "
+                             "which runs first, and the figures pool the steps of every run")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
                         help="a dotted override for the scheduler's run only (repeatable), "
                              "e.g. schedule.influence_num_gpus=0.25")
@@ -82,6 +91,8 @@ def _summarise(run_dir: Path, final: dict[str, Any], L: int) -> dict[str, Any]:
     schedule = read_jsonl(run_dir / "schedule_log.jsonl")
     waits = np.array([r.get("trainer_wait_sec", 0.0) for r in schedule])
     train_s = float(final["train_seconds"])
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    step_secs = [float(r["time/step_sec"]) for r in metrics if r.get("time/step_sec") is not None]
     out = {
         "tokens": int(final["tokens"]),
         "tokens_per_sec": float(final["tokens_per_sec"]),
@@ -92,14 +103,16 @@ def _summarise(run_dir: Path, final: dict[str, Any], L: int) -> dict[str, Any]:
         "trainer_wait_fraction_after_first_chunk": float(waits[1:].sum() / train_s) if len(waits) > 1 else 0.0,
         "final_loss": float(final["final_loss"]),
         "eval_mean_loss": final.get("eval/mean_loss"),
-        "step_sec_by_chunk_position": step_seconds_by_position(read_jsonl(run_dir / "metrics.jsonl"), L),
-        "mean_step_sec": float(np.mean([r["time/step_sec"] for r in read_jsonl(run_dir / "metrics.jsonl")
-                                        if r.get("time/step_sec") is not None])),
+        "step_sec_by_chunk_position": step_seconds_by_position(metrics, L),
+        "step_secs": step_secs,
+        "mean_step_sec": float(np.mean(step_secs)),
+        "median_step_sec": float(np.median(step_secs)),
         "fallbacks": sum(bool(r.get("fallback")) for r in schedule),
     }
     # Steady state: without the wait for chunk 0 (data stream start-up, and for D3 the first
     # influence + solve, which nothing can overlap).
     first_wait = float(waits[0]) if len(waits) else 0.0
+    out["first_chunk_wait_sec"] = first_wait
     out["steady_tokens_per_sec"] = out["tokens"] / max(train_s - first_wait, 1e-9)
     scoring = [r["time/in_trainer_influence_sec"] for r in read_jsonl(run_dir / "metrics.jsonl")
                if r.get("time/in_trainer_influence_sec") is not None]
@@ -125,6 +138,39 @@ def _summarise(run_dir: Path, final: dict[str, Any], L: int) -> dict[str, Any]:
     return out
 
 
+def pool_summaries(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One scheduler's figures over its repeated runs: rates and fractions from the summed tokens,
+    seconds and waits, step times over all steps of all runs, the per-position profile averaged;
+    other numbers averaged, other values from the first run; ``runs`` keeps every run's own."""
+    if len(runs) == 1:
+        return {**runs[0], "runs": runs}
+    out: dict[str, Any] = {}
+    for key in runs[0]:
+        values = [r[key] for r in runs if r.get(key) is not None]
+        if values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            out[key] = float(np.mean(values))
+        else:
+            out[key] = runs[0][key]
+    tokens = sum(r["tokens"] for r in runs)
+    train_s = sum(r["train_seconds"] for r in runs)
+    waits = sum(r["trainer_wait_sec"] for r in runs)
+    first = sum(r["first_chunk_wait_sec"] for r in runs)
+    steps = [t for r in runs for t in r["step_secs"]]
+    positions = zip(*(r["step_sec_by_chunk_position"] for r in runs), strict=True)
+    out.update(
+        tokens=tokens, train_seconds=train_s, tokens_per_sec=tokens / train_s,
+        steady_tokens_per_sec=tokens / max(train_s - first, 1e-9),
+        chunks=sum(r["chunks"] for r in runs), fallbacks=sum(r["fallbacks"] for r in runs),
+        trainer_wait_sec=waits, first_chunk_wait_sec=first, trainer_wait_fraction=waits / train_s,
+        trainer_wait_fraction_after_first_chunk=(waits - first) / train_s,
+        step_secs=steps, mean_step_sec=float(np.mean(steps)), median_step_sec=float(np.median(steps)),
+        step_sec_by_chunk_position=[float(np.mean(v)) if (v := [t for t in p if t is not None]) else None
+                                    for p in positions],
+        runs=runs,
+    )
+    return out
+
+
 def snapshot_summary(schedule: list[dict[str, Any]]) -> dict[str, Any]:
     """Mean bytes of the weights snapshot a chunk was decided at, and the dtype(s) it travelled in
     (schedule-log ``snapshot_bytes``, ``snapshot_dtype``); empty for a scheduler that reads no weights."""
@@ -135,10 +181,17 @@ def snapshot_summary(schedule: list[dict[str, Any]]) -> dict[str, Any]:
             "snapshot_dtype": ",".join(sorted({str(r.get("snapshot_dtype")) for r in rows}))}
 
 
-def bench_configs(args: argparse.Namespace) -> tuple[Any, Any]:
+def run_labels(scheduler: str) -> tuple[str, str]:
+    """(random-order run, scheduler run) labels: also their run names (``--scheduler random`` is the
+    A/A check of the benchmark itself: random order against a second random-order run)."""
+    return "random", scheduler if scheduler != "random" else "random_b"
+
+
+def bench_configs(args: argparse.Namespace, repeat: int = 0) -> tuple[Any, Any]:
     """(random-order run, scheduler run): the same data, model, trainers and steps; ``--config`` is the
     base of both (its schedule section only when it already is the measured scheduler), ``--steps`` /
-    ``--L`` / ``--quick`` and the positional overrides apply to both, ``--set`` to the scheduler's run."""
+    ``--L`` / ``--quick`` and the positional overrides apply to both, ``--set`` to the scheduler's run.
+    Repeat ``i > 0`` names its runs ``<label>_<i+1>``."""
     from d3ray.config import RunConfig
     from d3ray.config_loading import load_config
 
@@ -149,46 +202,67 @@ def bench_configs(args: argparse.Namespace) -> tuple[Any, Any]:
         steps = args.steps or (base.train.steps if base else 96)
         L = args.L or (base.schedule.L if base else 8)
     name = args.scheduler
+    suffix = f"_{repeat + 1}" if repeat else ""
+    random_name, sched_name = (label + suffix for label in run_labels(name))
     work = Path(args.work_dir).resolve()
     common = [f"--output_dir={work}", f"--train.steps={steps}", f"--schedule.L={L}", "--train.eval_every=0",
               *([] if base else ["--eval.max_sequences_per_domain=4"]), *[f"--{o}" for o in args.overrides]]
     keep = base is not None and base.schedule.type_name == name
-    random_cfg = load_config(RunConfig, args.config, ["--name=random", "--schedule.type=random", *common])
-    sched_cfg = load_config(RunConfig, args.config, [f"--name={name}", *([] if keep else [f"--schedule.type={name}"]),
+    random_cfg = load_config(RunConfig, args.config, [f"--name={random_name}", "--schedule.type=random", *common])
+    sched_cfg = load_config(RunConfig, args.config, [f"--name={sched_name}",
+                                                     *([] if keep else [f"--schedule.type={name}"]),
                                                      *common, *[f"--{o}" for o in args.sets]])
     return random_cfg, sched_cfg
+
+
+def repeat_order(repeats: int) -> list[tuple[int, bool]]:
+    """(repeat, scheduler first?) in running order: the two runs alternate which goes first, so that
+    whatever favours the first or second run of a pair (a warm page cache, the previous run's
+    processes winding down) cancels over an even number of repeats."""
+    return [(i, i % 2 == 1) for i in range(repeats)]
 
 
 def run(args: argparse.Namespace) -> int:
     from d3ray.cluster import start_ray, worker_env
     from d3ray.config_loading import to_dict
 
-    random_cfg, sched_cfg = bench_configs(args)
+    repeats = args.repeats if args.repeats is not None else (1 if args.quick else 2)
+    if repeats < 1:
+        raise SystemExit(f"--repeats {repeats} must be >= 1")
+    pairs = [bench_configs(args, i) for i in range(repeats)]
+    random_cfg, sched_cfg = pairs[0]
     steps, L, name = sched_cfg.train.steps, sched_cfg.schedule.L, args.scheduler
-    for cfg in (random_cfg, sched_cfg):
+    base_label, label = run_labels(name)
+    for cfg in (c for pair in pairs for c in pair):
         if cfg.run_dir.exists() and any(cfg.run_dir.glob("checkpoint_*")):
             raise SystemExit(f"{cfg.run_dir} holds an earlier run; remove it or pass another --work-dir")
-    results = {}
-    owns_ray = start_ray(sched_cfg.ray, worker_env(sched_cfg))  # one Ray instance for both runs
+    per_run: dict[str, list[dict[str, Any]]] = {base_label: [], label: []}
+    owns_ray = start_ray(sched_cfg.ray, worker_env(sched_cfg))  # one Ray instance for every run
     try:
         from d3ray.train.run import run_pretrain
 
-        for label, cfg in (("random", random_cfg), (name, sched_cfg)):
-            print(f"== {label}: {steps} steps, L={L}", flush=True)
-            final = run_pretrain(cfg)
-            results[label] = _summarise(cfg.run_dir, final, L)
+        for i, sched_first in repeat_order(repeats):
+            runs = [(base_label, pairs[i][0]), (label, pairs[i][1])]
+            for lab, cfg in reversed(runs) if sched_first else runs:
+                print(f"== {cfg.name} (repeat {i + 1}/{repeats}): {steps} steps, L={L}", flush=True)
+                final = run_pretrain(cfg)
+                per_run[lab].append(_summarise(cfg.run_dir, final, L))
     finally:
         if owns_ray:
             import ray
 
             ray.shutdown()
-    mine, base = results[name], results["random"]
+    results = {lab: pool_summaries(runs) for lab, runs in per_run.items()}
+    mine, base = results[label], results[base_label]
     report = {
-        "steps": steps, "L": L, "scheduler": name, "schedule": to_dict(sched_cfg.schedule),
-        "random": base, name: mine,
+        "steps": steps, "L": L, "scheduler": name, "repeats": repeats, "schedule": to_dict(sched_cfg.schedule),
+        base_label: base, label: mine,
         "throughput_ratio": mine["tokens_per_sec"] / base["tokens_per_sec"],
         "steady_throughput_ratio": mine["steady_tokens_per_sec"] / base["steady_tokens_per_sec"],
         "step_sec_ratio": mine["mean_step_sec"] / base["mean_step_sec"],
+        "median_step_sec_ratio": mine["median_step_sec"] / base["median_step_sec"],
+        "step_sec_ratio_by_repeat": [m["mean_step_sec"] / b["mean_step_sec"]
+                                     for m, b in zip(per_run[label], per_run[base_label], strict=True)],
         "trainer_wait_fraction": mine["trainer_wait_fraction"],
         "trainer_wait_fraction_after_first_chunk": mine["trainer_wait_fraction_after_first_chunk"],
         "targets": {"throughput_ratio": ">= 0.80 (d3)", "trainer_wait_fraction": "< 0.02",
@@ -196,15 +270,17 @@ def run(args: argparse.Namespace) -> int:
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
-    print(f"\n{'':24}{'random':>14}{name:>14}")
-    for key in ("tokens_per_sec", "steady_tokens_per_sec", "mean_step_sec", "train_seconds", "trainer_wait_fraction",
-                "final_loss"):
+    print(f"\n{'':24}{base_label:>14}{label:>14}   ({repeats} run(s) each, pooled)")
+    for key in ("tokens_per_sec", "steady_tokens_per_sec", "mean_step_sec", "median_step_sec", "train_seconds",
+                "trainer_wait_fraction", "final_loss"):
         print(f"{key:<24}{base[key]:>14.4g}{mine[key]:>14.4g}")
-    for label in ("random", name):
-        profile = " ".join("-" if t is None else f"{t:.3f}" for t in results[label]["step_sec_by_chunk_position"])
-        print(f"{label} step seconds by position in chunk: {profile}")
+    for lab in (base_label, label):
+        profile = " ".join("-" if t is None else f"{t:.3f}" for t in results[lab]["step_sec_by_chunk_position"])
+        print(f"{lab} step seconds by position in chunk: {profile}")
+    by_repeat = " ".join(f"{r:.3f}" for r in report["step_sec_ratio_by_repeat"])
     print(f"throughput_ratio {report['throughput_ratio']:.3f} (steady state {report['steady_throughput_ratio']:.3f}) | "
-          f"step_sec_ratio {report['step_sec_ratio']:.3f} | trainer_wait_fraction "
+          f"step_sec_ratio {report['step_sec_ratio']:.3f} (median {report['median_step_sec_ratio']:.3f}; "
+          f"by repeat {by_repeat}) | trainer_wait_fraction "
           f"{report['trainer_wait_fraction']:.3f} ({report['trainer_wait_fraction_after_first_chunk']:.3f} after "
           f"chunk 0; target < 0.02) | fallbacks {mine.get('fallbacks')}")
     if "in_trainer_influence_fraction" in mine:

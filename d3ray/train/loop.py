@@ -68,12 +68,16 @@ def publish_snapshot(engine, zero_stage: int, rank: int, coordinator, version: i
         coordinator.publish_weights.remote(version, [ray.put(p) for p in parts], snapshot_nbytes(parts), dtype)
 
 
-def micro_weights(chunk, position: int, rows: slice, losses: np.ndarray | None) -> np.ndarray | None:
-    """The loss weights of one micro-batch: the decision's per-sample weights, or the in-step rule
-    applied to the micro-batch's own (detached) losses; None = unweighted."""
+def micro_weights(chunk, position: int, rows: slice, losses):
+    """The loss weights of one micro-batch, on the losses' device: the decision's per-sample weights,
+    or the in-step rule applied to the micro-batch's own (detached) per-sequence losses (a tensor, kept
+    on the device: no copy to the host); None = unweighted."""
+    import torch
+
     if chunk.sample_weights is not None:
-        return np.asarray(chunk.sample_weights[position][rows], dtype=np.float64)
-    if chunk.loss_weighting is not None and losses is not None:
+        return torch.as_tensor(np.asarray(chunk.sample_weights[position][rows], dtype=np.float64),
+                               device=losses.device)
+    if chunk.loss_weighting is not None:
         from d3ray.schedule.weight.loss_reweight import loss_weights
 
         rule = chunk.loss_weighting
@@ -231,30 +235,32 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             ids_all = torch.as_tensor(np.asarray(batch.input_ids[mine], dtype=np.int64))
             if plan.trainer_exit_at_step == state.step:
                 faults.exit_once(run_dir, f"trainer_exit_at_step_{state.step}", f"trainer rank 0 exits at step {state.step}")
-            per_sample = torch.zeros(per_rank, dtype=torch.float32)
-            losses = []
+            # Per-sample losses and the step loss stay on the device until the one copy to the host per
+            # step below (weighted or not, the same path: the weights are computed on the device too).
+            step_stats = torch.zeros(1 + per_rank, dtype=torch.float32, device=device)
             n_mine = np.asarray(batch.n_tokens[mine])
             for m in range(0, per_rank, micro):
                 width = batch_width(n_mine[m:m + micro])  # padded SFT rows: drop the padding columns
                 ids = ids_all[m:m + micro, :width].to(device)
                 labels = labels_all[m:m + micro, :width].to(device)
                 sums, counts = sequence_losses(engine(input_ids=ids).logits, labels)
-                seq_loss = (sums / counts.clamp(min=1.0)).detach().float().cpu()
-                per_sample[m:m + micro] = seq_loss
+                seq_loss = (sums / counts.clamp(min=1.0)).detach()
+                step_stats[1 + m:1 + m + len(ids)] = seq_loss
                 first = rank * per_rank + m
-                w = micro_weights(chunk, p, slice(first, first + len(ids)), seq_loss.double().numpy())
-                loss = step_loss(sums, counts, None if w is None else torch.as_tensor(w, device=device))
+                w = micro_weights(chunk, p, slice(first, first + len(ids)), seq_loss)
+                loss = step_loss(sums, counts, w)
                 engine.backward(loss)
                 engine.step()
-                losses.append(loss.detach().float())
-            step_stats = torch.cat([torch.stack(losses).mean().cpu().reshape(1), per_sample])
+                step_stats[0] += loss.detach()
+            step_stats[0] /= -(-per_rank // micro)  # the mean of the micro-batch losses
             if world > 1:  # one small collective: the step loss and every rank's per-sample losses
                 gathered = [torch.zeros_like(step_stats) for _ in range(world)]
                 dist.all_gather(gathered, step_stats)
+                stats = torch.stack(gathered).cpu().numpy()
             else:
-                gathered = [step_stats]
-            loss_value = float(sum(g[0] for g in gathered)) / world
-            chunk_losses[p] = torch.cat([g[1:] for g in gathered]).numpy()
+                stats = step_stats.cpu().numpy()[None]
+            loss_value = float(stats[:, 0].sum()) / world
+            chunk_losses[p] = stats[:, 1:].reshape(-1)
             state.step += 1
             state.position = p + 1
             state.tokens += int(batch.n_tokens.sum())

@@ -47,3 +47,53 @@ def test_snapshot_summary_averages_the_logged_snapshot_bytes_and_names_the_dtype
             {"chunk_id": 2, "reused_from_checkpoint": True}]  # a restored decision: size unknown, not averaged
     assert snapshot_summary(rows) == {"snapshot_bytes_per_chunk": 200.0, "snapshot_dtype": "bfloat16"}
     assert snapshot_summary([{"chunk_id": 0, "order": [0]}]) == {}  # a scheduler that reads no weights
+
+
+def _run(step_secs, tokens=100, train_seconds=10.0, waits=(1.0, 0.5), fallbacks=0):
+    return {"tokens": tokens, "tokens_per_sec": tokens / train_seconds, "train_seconds": train_seconds,
+            "chunks": len(waits), "trainer_wait_sec": sum(waits), "first_chunk_wait_sec": waits[0],
+            "trainer_wait_fraction": sum(waits) / train_seconds, "final_loss": 4.0, "eval_mean_loss": None,
+            "step_sec_by_chunk_position": [step_secs[0], None], "step_secs": step_secs,
+            "mean_step_sec": sum(step_secs) / len(step_secs), "fallbacks": fallbacks, "snapshot_dtype": "bfloat16"}
+
+
+def test_pool_summaries_sums_tokens_seconds_and_waits_and_pools_every_step():
+    from d3ray.bench.pipeline import pool_summaries
+
+    pooled = pool_summaries([_run([0.1, 0.3], tokens=100, train_seconds=10.0, waits=(1.0, 0.5)),
+                             _run([0.2, 0.2, 0.6], tokens=300, train_seconds=30.0, waits=(2.0, 0.5), fallbacks=1)])
+    assert pooled["tokens_per_sec"] == pytest.approx(400 / 40)  # not the mean of the two rates
+    assert pooled["steady_tokens_per_sec"] == pytest.approx(400 / (40 - 3.0))
+    assert pooled["trainer_wait_fraction"] == pytest.approx(4.0 / 40)
+    assert pooled["trainer_wait_fraction_after_first_chunk"] == pytest.approx(1.0 / 40)
+    assert pooled["mean_step_sec"] == pytest.approx(1.4 / 5) and pooled["median_step_sec"] == pytest.approx(0.2)
+    assert pooled["step_sec_by_chunk_position"] == [pytest.approx(0.15), None]
+    assert pooled["fallbacks"] == 1 and pooled["chunks"] == 4 and pooled["snapshot_dtype"] == "bfloat16"
+    assert len(pooled["runs"]) == 2
+
+
+def test_repeats_alternate_which_run_goes_first_and_random_is_its_own_a_a_check():
+    from d3ray.bench.pipeline import repeat_order, run_labels
+
+    assert repeat_order(4) == [(0, False), (1, True), (2, False), (3, True)]
+    assert run_labels("loss_reweight") == ("random", "loss_reweight")
+    assert run_labels("random") == ("random", "random_b")  # two run directories, not one resumed twice
+
+
+def test_bench_step_times_both_paths_of_the_loop_step_and_writes_the_ratio(tmp_path):
+    """``d3ray bench step`` on a minimal step: both kinds measured, phases add up to the step."""
+    import argparse
+    import json
+
+    from d3ray.bench.step import PHASES, add_arguments, run
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    out = tmp_path / "step.json"
+    assert run(parser.parse_args(["--out", str(out), "--steps", "2", "--seq-len", "16", "--vocab", "64"])) == 0
+    report = json.loads(out.read_text())
+    for kind in ("unweighted", "weighted"):
+        phases = sum(report[kind][f"{phase}_ms"] for phase in PHASES)
+        assert report[kind]["mean_step_ms"] == pytest.approx(phases) and phases > 0
+    assert report["weighted_step_ratio"] == pytest.approx(
+        report["weighted"]["mean_step_ms"] / report["unweighted"]["mean_step_ms"])

@@ -121,3 +121,28 @@ def test_chunk_decision_state_round_trip() -> None:
 def test_bad_schedule_config_names_the_field(overrides, message) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(RunConfig, None, overrides)
+
+
+def test_sequence_losses_equal_the_per_token_definition_on_random_logits() -> None:
+    """Labels shifted, logits untouched: Σ_t −log softmax(logits[b, t])[labels[b, t + 1]] over targets."""
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 6, 11, generator=gen)
+    labels = torch.randint(0, 11, (3, 6), generator=gen)
+    labels[0, 4:] = -100  # padding at the end
+    labels[2, :3] = -100  # a prompt without loss
+    sums, counts = sequence_losses(logits, labels)
+    logp = torch.log_softmax(logits.double(), dim=-1)
+    for b in range(3):
+        targets = [(t, int(labels[b, t + 1])) for t in range(5) if labels[b, t + 1] != -100]
+        assert float(counts[b]) == len(targets)
+        assert float(sums[b]) == pytest.approx(-sum(float(logp[b, t, y]) for t, y in targets), rel=1e-6)
+
+
+def test_loss_weights_of_a_tensor_stay_a_tensor_and_equal_the_numpy_ones() -> None:
+    losses = np.array([2.5, 0.7, 1.9, 3.1])
+    for strategy in ("linupper", "uniform", "quadratic", "extremes"):
+        as_tensor = loss_weights(torch.tensor(losses, dtype=torch.float32), strategy, delta=0.5, temperature=2.0)
+        assert isinstance(as_tensor, torch.Tensor) and as_tensor.dtype == torch.float64
+        np.testing.assert_allclose(as_tensor.numpy(), loss_weights(losses.astype(np.float32), strategy, 0.5, 2.0),
+                                   rtol=1e-12)
+        assert float(as_tensor.mean()) == pytest.approx(1.0)

@@ -20,6 +20,8 @@ step's own losses, detached (no gradient flows through them).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from d3ray.schedule.chunker import Chunk
@@ -31,35 +33,46 @@ from d3ray.schedule.scheduler import (
     SubmitContext,
 )
 
+if TYPE_CHECKING:
+    import torch
+
 STRATEGIES = ("linupper", "uniform", "quadratic", "extremes")
 
 
-def normalized_losses(losses: np.ndarray, delta: float) -> np.ndarray:
+def normalized_losses(losses: torch.Tensor, delta: float) -> torch.Tensor:
     """Losses mapped affinely onto [−δ, δ] by their min and max (all 0 when they are all equal)."""
-    lo, hi = float(np.min(losses)), float(np.max(losses))
-    span = max(hi - lo, 1e-6)
+    lo, hi = losses.min(), losses.max()
+    span = (hi - lo).clamp(min=1e-6)
     return 2.0 * delta * losses / span - delta * (hi + lo) / span
 
 
-def strategy_scores(x: np.ndarray, strategy: str, delta: float) -> np.ndarray:
+def strategy_scores(x: torch.Tensor, strategy: str, delta: float) -> torch.Tensor:
     """g(x) of the strategy (see the module docstring)."""
     if strategy == "linupper":
-        return np.minimum(x + delta, delta)
+        return (x + delta).clamp(max=delta)
     if strategy == "uniform":
         return x
     if strategy == "quadratic":
         return 1.0 - x**2 / delta**2
     if strategy == "extremes":
-        return np.abs(x)
+        return x.abs()
     raise ValueError(f"unknown loss-reweighting strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
 
 
-def loss_weights(losses: np.ndarray, strategy: str, delta: float = 1.0, temperature: float = 1.0) -> np.ndarray:
-    """Per-sample weights (mean 1) of one group's losses (n,) under ``strategy``."""
-    losses = np.asarray(losses, dtype=np.float64)
+def loss_weights(losses: torch.Tensor | np.ndarray, strategy: str, delta: float = 1.0,
+                 temperature: float = 1.0) -> torch.Tensor | np.ndarray:
+    """Per-sample weights (mean 1) of one group's losses (n,) under ``strategy``, in float64.
+
+    A tensor stays on its device (the trainers' step: no copy to the host, no synchronisation);
+    a numpy array gives a numpy array.
+    """
+    import torch  # here: the config registry imports this module, and must not pull in torch
+
+    if isinstance(losses, np.ndarray):
+        return loss_weights(torch.from_numpy(losses.astype(np.float64)), strategy, delta, temperature).numpy()
+    losses = losses.detach().double()
     scores = strategy_scores(normalized_losses(losses, delta), strategy, delta) / temperature
-    e = np.exp(scores - scores.max())
-    return e / e.sum() * len(losses)
+    return torch.softmax(scores, dim=0) * losses.numel()
 
 
 class LossReweightHead(SchedulerBase):
