@@ -16,6 +16,10 @@
    The pure, Ray-free schedulers (random, sequential, mtl, loss_reweight) are checked without a
    coordinator in tests/unit/test_stateless_schedulers.py.
 
+3. Every scheduler in SFT (``d3ray finetune``), the task as the domain: mixers stop at config time with an
+   error naming ``schedule.type``; every other one decides two chunks of the generated skill suite's
+   chunk stream on a coordinator, without a fallback, every sample accounted for.
+
 Mixers mix two of the corpus' domains here (two per-domain streams start, not seven); DoReMi's reference
 is a fresh model directory and RegMix fits a given proxy table (their pre-runs, a reference run and the
 proxy runs, are not run by this file). The other schedulers are replayed over the corpus' packed sequences
@@ -294,3 +298,93 @@ def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_
         assert all(m is not None and drawn_from(m) <= set(MIX_DOMAINS) for m, _ in drawn.values())
     else:
         assert all(m is None for m, _ in drawn.values())
+
+
+# ---- 3. every scheduler in SFT, the task as the domain --------------------------------------------
+SFT_CHUNKS, SFT_T = 2, 48
+SKILLS = {"copy", "add1", "add", "mul", "sort", "reverse", "word"}
+# random, sequential and loss_reweight decide from the chunk's shape and the seed only (Ray-free, on any
+# chunk: tests/unit/test_stateless_schedulers.py); mtl groups by domain, so it is replayed on the tasks.
+SFT_REPLAYED = [n for n in SCHEDULERS if n not in STATELESS or n == "mtl"]
+
+
+@pytest.fixture(scope="module")
+def sft_run(tmp_path_factory):
+    """The generated skill suite (small), its tokenizer and per-task held-out sets, prepared once as
+    ``d3ray finetune`` prepares them (d3ray/train/prepare.py)."""
+    from d3ray.data.skills import write_sft_suite
+    from d3ray.train.prepare import load_eval_sets, prepare_data
+
+    root = tmp_path_factory.mktemp("sft_contract")
+    suite = write_sft_suite(root / "suite", seed=2, train_per_skill=24, test_per_skill=4)
+    cfg = load_config(RunConfig, None, [
+        "--name=sft-contract", f"--output_dir={root}", f"--sft={{paths: [{suite / 'train'}], seq_len: {SFT_T}}}",
+        f"--eval.sft_paths=[{suite / 'test'}]", "--eval.max_sequences_per_domain=2"])
+    prepared = prepare_data(cfg)
+    return prepared, load_eval_sets(cfg, prepared)
+
+
+@pytest.mark.parametrize("name", SFT_REPLAYED)
+def test_scheduler_contract_every_scheduler_decides_sft_chunks_with_the_task_as_the_domain(
+        ray_cluster, sft_run, mix_inputs, tmp_path, name):
+    """Mixers stop at config time (SFT records have no per-domain lanes to draw from); every other
+    scheduler builds on the SFT chunk stream and decides its chunks, without a fallback, each sample
+    trained or skipped with a reason exactly once, the tasks as the domains."""
+    from functools import partial
+
+    import torch
+
+    from d3ray.config_loading import ConfigError
+    from d3ray.model import ModelConfig, build_model, model_config_dict
+    from d3ray.schedule.coordinator import ScheduleCoordinator
+    from d3ray.schedule.mix.domains import resolve_mix_domains
+    from d3ray.schedule.stream import build_chunk_stream
+
+    ray = ray_cluster
+    prepared, eval_sets = sft_run
+    cfg = load_config(RunConfig, None, [f"--schedule.type={name}", f"--schedule.L={L}", "--schedule.deadline_s=3600",
+                                        *knobs(name, mix_inputs)]).schedule
+    if mixes(name):
+        with pytest.raises(ConfigError, match=rf"schedule\.type={name}: SFT records cannot be mixed"):
+            resolve_mix_domains(cfg, prepared.data, prepared.train_shards, sft=True)
+        return
+    make_stream = partial(build_chunk_stream, [], prepared.data, str(prepared.tokenizer_dir), B,
+                          cfg.window_batches(), 0, 0, prepared.sft)
+    model_cfg = ModelConfig()
+    model_config = model_config_dict(model_cfg, prepared.vocab_size, SFT_T, prepared.eos_id)
+    torch.manual_seed(0)
+    model = build_model(model_config, model_cfg)
+    needs = cfg.needs()
+    snapshot = partial(snapshot_of_version, {k: v.detach().float().numpy() for k, v in model.state_dict().items()},
+                       [n for n, _ in model.named_parameters()], optimizer=needs.optimizer_state)
+    scheduler = cfg.build(BuildContext(
+        seed=5, model_config=model_config, model=model_cfg, run_name=f"sft-{name}", run_dir=str(tmp_path),
+        batch_size=B, total_chunks=SFT_CHUNKS, tokenizer_dir=str(prepared.tokenizer_dir),
+        eval_sets=[ray.put(eval_sets)]))
+    coordinator = ray.remote(ScheduleCoordinator).options(max_concurrency=16).remote(
+        make_stream, scheduler, needs, cfg.prefetch_chunks, cfg.staleness, cfg.deadline_s)
+    produced = make_stream()  # the same chunks, read independently of the coordinator
+    candidate_chunks = iter(produced)
+    try:
+        if needs.weights:
+            ray.get(coordinator.publish_weights.remote(0, [ray.put(p) for p in snapshot(0)]))
+        for c in range(SFT_CHUNKS):
+            chunk = ray.get(coordinator.get_chunk.remote(c), timeout=300)
+            candidates = next(candidate_chunks)
+            assert not chunk.decision.fallback, f"chunk {c}: {chunk.decision.record}"
+            assert chunk.steps == L and all(len(ids) == B for ids in chunk.sample_ids)
+            trained = [s for ids in chunk.sample_ids for s in ids]
+            skipped = [s for ids in chunk.skipped.values() for s in ids]
+            assert sorted(trained + skipped) == sorted(s for b in candidates.batches for s in b.sample_ids), \
+                f"chunk {c}: every candidate trains or is skipped with a reason, exactly once"
+            by_id = {s: d for b in candidates.batches for s, d in zip(b.sample_ids, b.domains, strict=True)}
+            assert [d for ds in chunk.domains for d in ds] == [by_id[s] for s in trained], "the task is the domain"
+            assert set(by_id.values()) <= SKILLS
+            if needs.feedback:
+                coordinator.feedback.remote(feedback_of(chunk))
+            if needs.weights:
+                ray.get(coordinator.publish_weights.remote(c + 1, [ray.put(p) for p in snapshot(c + 1)]))
+    finally:
+        produced.close()
+        ray.kill(coordinator)
+        scheduler.close()
