@@ -52,8 +52,9 @@ class SjltSketchConfig(SketchConfig):
     k: int = 16384
     """Sketch dimension. The paper uses k ≈ 3500; on gpt2-small after 1,000 steps (``d3ray bench
     influence``, 10 chunks of 8) k = 3500 / 8192 / 16384 order a chunk with median regret 0.20 / 0.10 /
-    0.06 against the exact look-ahead at the same cost (an sjlt sketch costs O(s) per coordinate,
-    whatever k); the rows shipped per batch grow with k (4·k bytes per sketched statistic)."""
+    0.06 against the exact look-ahead at about the same cost per scored batch (an sjlt sketch does O(s)
+    work per coordinate, whatever k); the rows shipped per batch grow with k (4·k bytes per sketched
+    statistic). Lower it where influence time, not order quality, is the constraint."""
     s: int = 4
     """Nonzeros per coordinate (s = 1 is CountSketch); k is split into s blocks of about k/s rows."""
     seed: int = 0
