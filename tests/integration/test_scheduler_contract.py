@@ -15,7 +15,6 @@
    for a mixer, the chunks are drawn with the same mixtures (``Chunk.mixture``) and hold the same samples.
    The pure, Ray-free schedulers (random, sequential, mtl, loss_reweight) are checked without a
    coordinator in tests/unit/test_stateless_schedulers.py.
-
 3. Every scheduler in SFT (``d3ray finetune``), the task as the domain: mixers stop at config time with an
    error naming ``schedule.type``; every other one decides two chunks of the generated skill suite's
    chunk stream on a coordinator, without a fallback, every sample accounted for.
