@@ -220,8 +220,10 @@ class NiceScorer(LessScorer):
             if len(live):
                 rows = response_rows(prompt, [responses[s] for s in live], eos)
                 ids, _, labels = sequence_arrays(rows)
-                phi = worker.gradient_features(ids, labels, sketch, names)  # (live, k) token-mean loss gradients
-                feature = w[live] @ phi.astype(np.float64)
+                live_phi = worker.gradient_features(ids, labels, sketch, names)  # token-mean loss gradients
+                phi = np.zeros((len(responses), live_phi.shape[1]))  # the other samples' weights are 0
+                phi[live] = live_phi
+                feature = policy_gradient_feature(phi, r, lengths, self.baseline)
             elif self.zero_reward == "reference":
                 ids = ids_all[i:i + 1]
                 labels = lm_labels(ids, np.asarray(data["n_tokens"][i:i + 1]), mask[None])
