@@ -78,7 +78,7 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
     if needs.mixture:  # a mixer: its domains and weights checked against the corpus before Ray starts
         from d3ray.schedule.mix.domains import resolve_mix_domains
 
-        mix_domains = resolve_mix_domains(schedule, prepared.data, prepared.train_shards, prepared.sft is not None)
+        mix_domains = resolve_mix_domains(schedule, prepared.data, prepared.train_shards, prepared.sft)
         print(f"mixing {len(mix_domains)} domains: {', '.join(mix_domains)}", flush=True)
     env = worker_env(cfg)
     owns_ray = start_ray(cfg.ray, env)
@@ -89,7 +89,8 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
 
             data = dataclasses.replace(prepared.data, tokenizer=dataclasses.replace(
                 prepared.data.tokenizer, path=str(prepared.tokenizer_dir)))
-            schedule.before_run(PreRunContext(cfg=cfg, data=data, domains=list(mix_domains or []), run=run_pretrain))
+            schedule.before_run(PreRunContext(cfg=resolved_sft(cfg, prepared), data=data,
+                                              domains=list(mix_domains or []), run=run_pretrain))
         eval_ref = [ray.put(eval_sets)] if eval_sets else []
         scheduler = schedule.build(BuildContext(
             seed=cfg.seed, model_config=model_config, model=cfg.model, run_name=cfg.name, run_dir=str(run_dir),
@@ -154,6 +155,15 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
             scheduler.close()
         if owns_ray:
             ray.shutdown()
+
+
+def resolved_sft(cfg: RunConfig, prepared: Any) -> RunConfig:
+    """``cfg`` with the SFT files, held-out files and eval tasks the driver resolved (the generated suite's
+    paths), so that a mixer's pre-runs (their own run directories) train and evaluate on the same files."""
+    if prepared.sft is None:
+        return cfg
+    return dataclasses.replace(cfg, sft=prepared.sft, eval=dataclasses.replace(
+        cfg.eval, sft_paths=list(prepared.sft_eval_paths), tasks=prepared.eval_tasks))
 
 
 def raise_user_error(coordinator: Any) -> None:
