@@ -85,12 +85,7 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
     scheduler = None
     try:
         if needs.mixture:  # DoReMi's reference model, RegMix's proxy runs: short runs of their own, first
-            from d3ray.schedule.mix.prerun import PreRunContext
-
-            data = dataclasses.replace(prepared.data, tokenizer=dataclasses.replace(
-                prepared.data.tokenizer, path=str(prepared.tokenizer_dir)))
-            schedule.before_run(PreRunContext(cfg=resolved_sft(cfg, prepared), data=data,
-                                              domains=list(mix_domains or []), run=run_pretrain))
+            schedule.before_run(pre_run_context(cfg, prepared, list(mix_domains or [])))
         eval_ref = [ray.put(eval_sets)] if eval_sets else []
         scheduler = schedule.build(BuildContext(
             seed=cfg.seed, model_config=model_config, model=cfg.model, run_name=cfg.name, run_dir=str(run_dir),
@@ -157,13 +152,19 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
             ray.shutdown()
 
 
-def resolved_sft(cfg: RunConfig, prepared: Any) -> RunConfig:
-    """``cfg`` with the SFT files, held-out files and eval tasks the driver resolved (the generated suite's
-    paths), so that a mixer's pre-runs (their own run directories) train and evaluate on the same files."""
-    if prepared.sft is None:
-        return cfg
-    return dataclasses.replace(cfg, sft=prepared.sft, eval=dataclasses.replace(
-        cfg.eval, sft_paths=list(prepared.sft_eval_paths), tasks=prepared.eval_tasks))
+def pre_run_context(cfg: RunConfig, prepared: Any, domains: list[str]) -> Any:
+    """What a mixer's pre-runs (DoReMi's reference run, RegMix's proxies: run directories of their own)
+    start from: the main run's data as the driver resolved it, its tokenizer, and in SFT its training
+    files, held-out files and eval tasks (the generated suite's paths), so they train and evaluate on the
+    same tasks."""
+    from d3ray.schedule.mix.prerun import PreRunContext
+
+    data = dataclasses.replace(prepared.data, tokenizer=dataclasses.replace(
+        prepared.data.tokenizer, path=str(prepared.tokenizer_dir)))
+    if prepared.sft is not None:
+        cfg = dataclasses.replace(cfg, sft=prepared.sft, eval=dataclasses.replace(
+            cfg.eval, sft_paths=list(prepared.sft_eval_paths), tasks=prepared.eval_tasks))
+    return PreRunContext(cfg=cfg, data=data, domains=domains, run=run_pretrain)
 
 
 def raise_user_error(coordinator: Any) -> None:

@@ -166,3 +166,29 @@ def test_sft_mix_domains_are_the_sorted_tasks_and_one_task_is_not_mixable(tmp_pa
     with pytest.raises(ConfigError, match=r"schedule\.type: a domain mixer needs a corpus of at least two domains; "
                                           r"this corpus has \['sft'\]"):
         resolve_mix_domains(mix_schedule("--schedule.type=random_mix"), None, [], SftDataConfig(paths=[str(one)]))
+
+
+def test_a_mixers_pre_runs_train_and_evaluate_on_the_main_runs_sft_files(tmp_path):
+    """DoReMi's reference run and RegMix's proxies (run directories of their own) get the main run's
+    resolved SFT files, held-out files, eval tasks and tokenizer, not a suite of their own."""
+    from d3ray.data.skills import write_sft_suite
+    from d3ray.schedule.mix.domains import resolve_mix_domains
+    from d3ray.schedule.mix.prerun import sub_run_config
+    from d3ray.train.prepare import prepare_data
+    from d3ray.train.run import pre_run_context
+
+    cfg = load_config(RunConfig, None, [
+        "--name=main", f"--output_dir={tmp_path}", "--sft={seq_len: 48}", "--eval.tasks=sft={suite}/test",
+        "--data.tokenizer.vocab_size=300", "--schedule.type=doremi", "--schedule.reference_steps=2"])
+    write_sft_suite(cfg.run_dir / "sft_data", seed=0, train_per_skill=6, test_per_skill=2)  # as generated
+    prepared = prepare_data(cfg)
+    sub = sub_run_config(pre_run_context(cfg, prepared, ["add", "copy"]), "main-doremi-reference",
+                         cfg.run_dir / "doremi", 2, {"add": 0.5, "copy": 0.5}, [])
+    assert sub.run_dir != cfg.run_dir
+    ours = prepare_data(sub)
+    assert not (sub.run_dir / "sft_data").exists(), "no suite of its own"
+    assert ours.sft.paths == prepared.sft.paths == [str(cfg.run_dir / "sft_data" / "train")]
+    assert ours.sft_eval_paths == prepared.sft_eval_paths == [str(cfg.run_dir / "sft_data" / "test")]
+    assert ours.eval_tasks == prepared.eval_tasks == f"sft={cfg.run_dir / 'sft_data'}/test"
+    assert ours.tokenizer_dir == prepared.tokenizer_dir
+    assert resolve_mix_domains(sub.schedule, sub.data, [], ours.sft) == ["add", "copy"]
