@@ -4,8 +4,8 @@ The assembly of the stages lives here, between the data package (which knows sha
 tokens) and the coordinator (which knows chunks and decisions): ``ChunkStream`` over a
 ``CorpusSource`` (the packed pre-training sequences of the Ray Data reader: resumable by seeking,
 mixable by domain), or over SFT records with their loss masks (``iter_sft_sequences``, the task as
-the domain, through an ``IterableSource``: mixable by task, one lane per task of the training files), with the chunk length the scheduler asks for (its
-candidate window).
+the domain, through an ``IterableSource``: mixable by task, one lane per task of the training files),
+with the chunk length the scheduler asks for (its candidate window).
 """
 
 from __future__ import annotations
