@@ -108,10 +108,10 @@ class IterableSource:
     lane reads the files itself: they are small, and a lane then needs no other lane to move.
 
     **Ledger.** The plain lane (None) counts every epoch into ``ledger``, as one reader of the files. The
-    per-task lanes all read the same files, so each epoch is counted once: by the first lane that opens a
-    reader of it (whatever its mixture weight; a lane at weight 0 is never opened), every record of the
-    files, good and bad, of every task. The other lanes' readers of that epoch count into a ledger of their
-    own, which only enforces ``max_bad_fraction`` (they read the same records, so they stop as it would).
+    per-task lanes all read the same files (every record of them, in the same order), so each record of an
+    epoch is counted once, by whichever lane reads it first: a lane's reader counts into a
+    :class:`_LaneLedger`, its own (which enforces ``max_bad_fraction`` on what it read, as the plain
+    stream would), and passes to ``ledger`` the records beyond the furthest any lane of that epoch has read.
 
     Args:
         sequences_for: ``(epoch, task or None, ledger) -> iterator of PackedSequence``, the same for the
@@ -127,7 +127,7 @@ class IterableSource:
         self.sequences_for = sequences_for
         self.ledger = ledger if ledger is not None else BadRecordLedger()
         self._domains = domains
-        self._counted_epochs: set[int] = set()
+        self._read_upto: dict[int, int] = {}  # epoch -> records of it read by the furthest lane
 
     @property
     def domains(self) -> list[str]:
@@ -141,14 +141,42 @@ class IterableSource:
             return _IterableReader(iter(self.sequences_for(epoch, None, self.ledger)), _taken(state))
         if lane not in self.domains:
             raise ValueError(f"no lane for domain {lane!r}: the SFT training files have tasks {self.domains}")
-        ledger = self.ledger if epoch not in self._counted_epochs else BadRecordLedger()
-        self._counted_epochs.add(epoch)
+        ledger = _LaneLedger(self.ledger, self._read_upto, epoch)
         sequences = (seq for seq in self.sequences_for(epoch, lane, ledger) if seq.domain == lane)
         return _IterableReader(sequences, _taken(state))
 
 
 def _taken(state: dict[str, Any] | None) -> int:
     return int(state["taken"]) if state else 0
+
+
+class _LaneLedger(BadRecordLedger):
+    """One per-task lane's ledger of one epoch: every record it reads (its ``check``), and into ``shared``
+    the records no lane of the epoch has read yet (lanes read the same records in the same order, so the
+    n-th record one lane reads is the n-th any other reads; ``read_upto[epoch]``: the most any has read)."""
+
+    def __init__(self, shared: BadRecordLedger, read_upto: dict[int, int], epoch: int) -> None:
+        super().__init__(log_first=0)  # the shared ledger logs the bad records, once
+        self._shared, self._read_upto, self._epoch = shared, read_upto, epoch
+        self._read = 0
+
+    def _first_read(self) -> bool:
+        self._read += 1
+        if self._read <= self._read_upto.get(self._epoch, 0):
+            return False
+        self._read_upto[self._epoch] = self._read
+        return True
+
+    def record_good(self, shard: str, count: int = 1) -> None:
+        super().record_good(shard, count)
+        new = sum(self._first_read() for _ in range(count))
+        if new:
+            self._shared.record_good(shard, new)
+
+    def record_bad(self, shard: str, line: int, reason: str, detail: str = "") -> None:
+        super().record_bad(shard, line, reason, detail)
+        if self._first_read():
+            self._shared.record_bad(shard, line, reason, detail)
 
 
 class _IterableReader:

@@ -82,26 +82,34 @@ def test_a_lane_resumes_from_its_state_where_it_stood(tmp_path, tokenizer):
     assert ids(resumed) == ids(rest) and len(head) + len(rest) == 10
 
 
-def test_the_ledger_counts_each_epoch_of_the_files_once_whatever_the_lanes(tmp_path, tokenizer):
-    cfg = SftDataConfig(paths=[sft_file(tmp_path / "d.jsonl")], seq_len=32, max_bad_fraction=0.2)
+def test_the_ledger_counts_each_record_of_an_epoch_once_whichever_lane_reads_it(tmp_path, tokenizer):
+    cfg = SftDataConfig(paths=[sft_file(tmp_path / "d.jsonl")], seq_len=32, max_bad_fraction=0.2,
+                        tokenize_batch_size=1)
     ledger = BadRecordLedger()
     source = source_of(cfg, tokenizer, ledger)
     for task in TASKS:  # three lanes read epoch 0 of the same file: one pass is counted
         list(source.reader(0, task, None))
     assert (ledger.total_good, ledger.bad_by_reason()) == (30, {"malformed_json": 2})
-    list(source.reader(1, "word", None))  # epoch 1, first opened by the word lane: counted by it
+    list(source.reader(1, "word", None))  # epoch 1, read whole by the word lane, then by the add lane
     list(source.reader(1, "add", None))
     assert (ledger.total_good, ledger.bad_by_reason()) == (60, {"malformed_json": 4})
+    # Epoch 2, read in part: records are counted as far as the furthest lane has read, once.
+    add, copy = source.reader(2, "add", None), source.reader(2, "copy", None)
+    assert next(add).sample_id.endswith(":2:0") and ledger.total_good == 62  # word 0, add 1
+    assert next(copy).sample_id.endswith(":3:0") and ledger.total_good == 63  # and copy 2
+    for _ in range(2):  # the add lane reads on past the copy lane: word 3, add 4, (bad), copy 5, word 6, add 7
+        next(add)
+    assert (ledger.total_good, ledger.total_bad) == (63 + 5, 5)
     plain = BadRecordLedger()
     list(source_of(cfg, tokenizer, plain).reader(0, None, None))
     assert (plain.total_good, plain.bad_by_reason()) == (30, {"malformed_json": 2}), "as one plain read"
 
 
-def test_a_lane_that_does_not_count_still_stops_on_too_many_bad_records(tmp_path, tokenizer):
+def test_every_lane_stops_on_too_many_bad_records_though_the_run_ledger_counts_them_once(tmp_path, tokenizer):
     cfg = SftDataConfig(paths=[sft_file(tmp_path / "d.jsonl", bad_at=(1, 2, 3, 4))], seq_len=32,
                         max_bad_fraction=0.05)
     source = source_of(cfg, tokenizer)
-    for task in ("add", "copy"):  # the first lane counts epoch 0, the second checks on a ledger of its own
+    for task in ("add", "copy"):  # each lane checks what it read, though only the first counts it for the run
         with pytest.raises(BadRecordFractionError, match=r"d\.jsonl: 4 bad of 34 records"):
             list(source.reader(0, task, None))
 
