@@ -11,4 +11,4 @@ def memory_stream(sequences: list, batch_size: int, chunk_len: int, cursor: dict
     from d3ray.data.stream import IterableSource
     from d3ray.schedule.chunker import ChunkStream
 
-    return ChunkStream(IterableSource(lambda epoch: iter(sequences)), batch_size, chunk_len, cursor=cursor)
+    return ChunkStream(IterableSource(lambda epoch, lane, ledger: iter(sequences)), batch_size, chunk_len, cursor=cursor)

@@ -121,15 +121,20 @@ class SftPacker:
 
 
 def iter_sft_sequences(
-    cfg: SftDataConfig, tokenizer: Any, ledger: BadRecordLedger, stats: SftStats | None = None
+    cfg: SftDataConfig, tokenizer: Any, ledger: BadRecordLedger, stats: SftStats | None = None,
+    task: str | None = None,
 ) -> Iterator[PackedSequence]:
     """The SFT training stream: one epoch of sequences with loss masks, in file and line order.
 
     Args:
         cfg: files, T, batching, overlong rule, bad-record limits.
         tokenizer: a ``PreTrainedTokenizerFast`` or a local tokenizer directory.
-        ledger: counts good and bad records per file (bad ones with their first line numbers).
-        stats: receives the truncated/skipped counts, if given.
+        ledger: counts good and bad records per file (bad ones with their first line numbers), every
+            record of the files, whatever ``task``.
+        stats: receives the truncated/skipped counts (of ``task``'s records only, when given), if given.
+        task: only this task's sequences (a mixer's per-task lane): the others' records are read and
+            counted but neither rendered nor tokenized. Packing is per task, so these are exactly the
+            sequences of ``task`` in the whole stream, in the same order.
 
     Raises:
         BadRecordFractionError: more than ``cfg.max_bad_fraction`` of the records are bad (checked
@@ -142,7 +147,7 @@ def iter_sft_sequences(
     stats = stats if stats is not None else SftStats()
     eos_id = int(tokenizer.eos_token_id)
     packer = SftPacker(cfg.seq_len, eos_id) if cfg.batching == "pack" else None
-    for batch in _good_record_batches(cfg, ledger):
+    for batch in _good_record_batches(cfg, ledger, task):
         rendered = [render_record(r, tokenizer) for r in batch]
         prompts = tokenizer([p for p, _ in rendered], add_special_tokens=False)["input_ids"]
         responses = tokenizer([r for _, r in rendered], add_special_tokens=False)["input_ids"]
@@ -176,7 +181,8 @@ def iter_sft_sequences(
                        cfg.seq_len, stats.truncated_prompt, stats.skipped_overlong, stats.records)
 
 
-def _good_record_batches(cfg: SftDataConfig, ledger: BadRecordLedger) -> Iterator[list[SftRecord]]:
+def _good_record_batches(cfg: SftDataConfig, ledger: BadRecordLedger,
+                         task: str | None = None) -> Iterator[list[SftRecord]]:
     if not cfg.paths:
         raise ValueError("sft.paths is empty: give SFT JSONL files or folders")
     batch: list[SftRecord] = []
@@ -186,7 +192,8 @@ def _good_record_batches(cfg: SftDataConfig, ledger: BadRecordLedger) -> Iterato
                 ledger.record_bad(record.shard, record.line, record.bad_reason, record.detail)
             else:
                 ledger.record_good(record.shard)
-                batch.append(record)
+                if task is None or record.task == task:
+                    batch.append(record)
             if ledger.total >= cfg.min_records_before_check:
                 ledger.check(cfg.max_bad_fraction)
             if len(batch) >= cfg.tokenize_batch_size:
@@ -194,6 +201,19 @@ def _good_record_batches(cfg: SftDataConfig, ledger: BadRecordLedger) -> Iterato
                 batch = []
     if batch:
         yield batch
+
+
+def sft_task_counts(cfg: SftDataConfig) -> dict[str, int]:
+    """Good records per task of ``cfg.paths`` (a full read, no tokenizing), tasks sorted: the domains a
+    mixer can mix in SFT, and the lanes of the SFT stream (:class:`~d3ray.data.stream.IterableSource`)."""
+    if not cfg.paths:
+        raise ValueError("sft.paths is empty: give SFT JSONL files or folders")
+    counts: dict[str, int] = {}
+    for shard in list_shards(cfg.paths):
+        for record in iter_sft_records(shard, cfg.default_task, cfg.max_record_bytes):
+            if not record.is_bad:
+                counts[record.task] = counts.get(record.task, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def read_sft_records(paths: Sequence[str], default_task: str = "sft") -> list[SftRecord]:

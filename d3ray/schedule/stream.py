@@ -4,8 +4,8 @@ The assembly of the stages lives here, between the data package (which knows sha
 tokens) and the coordinator (which knows chunks and decisions): ``ChunkStream`` over a
 ``CorpusSource`` (the packed pre-training sequences of the Ray Data reader: resumable by seeking,
 mixable by domain), or over SFT records with their loss masks (``iter_sft_sequences``, the task as
-the domain, through an ``IterableSource``), with the chunk length the scheduler asks for (its
-candidate window).
+the domain, through an ``IterableSource``: mixable by task, one lane per task of the training files),
+with the chunk length the scheduler asks for (its candidate window).
 """
 
 from __future__ import annotations
@@ -29,9 +29,12 @@ def build_chunk_stream(
 
     ledger = BadRecordLedger()
     if sft is not None:
-        from d3ray.data.sft_sequences import iter_sft_sequences
+        from d3ray.data.sft_sequences import iter_sft_sequences, sft_task_counts
 
-        source: Any = IterableSource(lambda epoch: iter_sft_sequences(sft, tokenizer_dir, ledger), ledger)
+        def sft_epoch(epoch: int, task: str | None, counts: BadRecordLedger) -> Any:
+            return iter_sft_sequences(sft, tokenizer_dir, counts, task=task)
+
+        source: Any = IterableSource(sft_epoch, ledger, domains=lambda: list(sft_task_counts(sft)))
     else:
         source = CorpusSource(shards, data, tokenizer_dir, ledger)
     return ChunkStream(source, batch_size, chunk_len, shuffle_buffer, seed,

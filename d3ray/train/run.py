@@ -78,18 +78,14 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
     if needs.mixture:  # a mixer: its domains and weights checked against the corpus before Ray starts
         from d3ray.schedule.mix.domains import resolve_mix_domains
 
-        mix_domains = resolve_mix_domains(schedule, prepared.data, prepared.train_shards, prepared.sft is not None)
+        mix_domains = resolve_mix_domains(schedule, prepared.data, prepared.train_shards, prepared.sft)
         print(f"mixing {len(mix_domains)} domains: {', '.join(mix_domains)}", flush=True)
     env = worker_env(cfg)
     owns_ray = start_ray(cfg.ray, env)
     scheduler = None
     try:
         if needs.mixture:  # DoReMi's reference model, RegMix's proxy runs: short runs of their own, first
-            from d3ray.schedule.mix.prerun import PreRunContext
-
-            data = dataclasses.replace(prepared.data, tokenizer=dataclasses.replace(
-                prepared.data.tokenizer, path=str(prepared.tokenizer_dir)))
-            schedule.before_run(PreRunContext(cfg=cfg, data=data, domains=list(mix_domains or []), run=run_pretrain))
+            schedule.before_run(pre_run_context(cfg, prepared, list(mix_domains or [])))
         eval_ref = [ray.put(eval_sets)] if eval_sets else []
         scheduler = schedule.build(BuildContext(
             seed=cfg.seed, model_config=model_config, model=cfg.model, run_name=cfg.name, run_dir=str(run_dir),
@@ -154,6 +150,21 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
             scheduler.close()
         if owns_ray:
             ray.shutdown()
+
+
+def pre_run_context(cfg: RunConfig, prepared: Any, domains: list[str]) -> Any:
+    """What a mixer's pre-runs (DoReMi's reference run, RegMix's proxies: run directories of their own)
+    start from: the main run's data as the driver resolved it, its tokenizer, and in SFT its training
+    files, held-out files and eval tasks (the generated suite's paths), so they train and evaluate on the
+    same tasks."""
+    from d3ray.schedule.mix.prerun import PreRunContext
+
+    data = dataclasses.replace(prepared.data, tokenizer=dataclasses.replace(
+        prepared.data.tokenizer, path=str(prepared.tokenizer_dir)))
+    if prepared.sft is not None:
+        cfg = dataclasses.replace(cfg, sft=prepared.sft, eval=dataclasses.replace(
+            cfg.eval, sft_paths=list(prepared.sft_eval_paths), tasks=prepared.eval_tasks))
+    return PreRunContext(cfg=cfg, data=data, domains=domains, run=run_pretrain)
 
 
 def raise_user_error(coordinator: Any) -> None:

@@ -15,16 +15,18 @@
    for a mixer, the chunks are drawn with the same mixtures (``Chunk.mixture``) and hold the same samples.
    The pure, Ray-free schedulers (random, sequential, mtl, loss_reweight) are checked without a
    coordinator in tests/unit/test_stateless_schedulers.py.
-3. Every scheduler in SFT (``d3ray finetune``), the task as the domain: mixers stop at config time with an
-   error naming ``schedule.type``; every other one decides two chunks of the generated skill suite's
-   chunk stream on a coordinator, without a fallback, every sample accounted for.
+3. Every scheduler in SFT (``d3ray finetune``), the task as the domain: each decides two chunks of the
+   generated skill suite's chunk stream on a coordinator, without a fallback, every sample accounted for;
+   a mixer's chunks are drawn from its per-task lanes with the mixture they carry, each sample of a task
+   epoch drawn once.
 
-Mixers mix two of the corpus' domains here (two per-domain streams start, not seven); DoReMi's reference
-is a fresh model directory and RegMix fits a given proxy table (their pre-runs, a reference run and the
-proxy runs, are not run by this file). The other schedulers are replayed over the corpus' packed sequences
-read once through the Ray Data reader and served from memory (``IterableSource``): a Ray Data stream costs
-seconds to start, the replay starts two per scheduler, and what is replayed here is the scheduler, not the
-reader (whose resume is tests/integration/test_data_stream.py and test_coordinator_cursor.py).
+Mixers mix two of the corpus' domains here, two of the suite's tasks in SFT (two per-domain streams start,
+not seven); DoReMi's reference is a fresh model directory and RegMix fits a given proxy table (their
+pre-runs, a reference run and the proxy runs, are not run by this file). The other schedulers are
+replayed over the corpus' packed sequences read once through the Ray Data reader and served from memory
+(``IterableSource``): a Ray Data stream costs seconds to start, the replay starts two per scheduler, and
+what is replayed here is the scheduler, not the reader (whose resume is tests/integration/test_data_stream.py
+and test_coordinator_cursor.py).
 """
 
 from __future__ import annotations
@@ -82,21 +84,9 @@ def corpus(tmp_path_factory):
 @pytest.fixture(scope="module")
 def mix_inputs(tmp_path_factory, corpus):
     """A reference model directory (DoReMi) and a proxy table (RegMix) for the mixers' knobs."""
-    import torch
-
     from d3ray.data.tokenizer import load_tokenizer
-    from d3ray.model import ModelConfig, build_model, model_config_dict
 
-    root = tmp_path_factory.mktemp("mix_inputs")
-    model_cfg = ModelConfig()
-    torch.manual_seed(1)
-    build_model(model_config_dict(model_cfg, len(load_tokenizer(corpus[1])), T, 0), model_cfg).save_pretrained(
-        root / "reference")
-    rows = ["mix/RedPajamaC4,mix/RedPajamaCommonCrawl,target"] + [f"{w},{1 - w},{3 + (w - 0.3) ** 2}"
-                                                                 for w in (0.1, 0.3, 0.5, 0.7, 0.9)]
-    (root / "proxies.csv").write_text("\n".join(rows) + "\n")
-    return {"doremi": [f"--schedule.reference={root / 'reference'}"],
-            "regmix": [f"--schedule.proxy_table={root / 'proxies.csv'}"]}
+    return write_mix_inputs(tmp_path_factory.mktemp("mix_inputs"), len(load_tokenizer(corpus[1])), T, 0, MIX_DOMAINS)
 
 
 @pytest.fixture(scope="module")
@@ -122,9 +112,26 @@ def drawn_from(mixture: dict[str, float]) -> set[str]:
     return {d for d, w in mixture.items() if w > 0}
 
 
-def knobs(name: str, mix_inputs: dict) -> list[str]:
-    mix = [f"--schedule.domains=[{', '.join(MIX_DOMAINS)}]", *mix_inputs.get(name, [])] if mixes(name) else []
+def knobs(name: str, mix_inputs: dict, domains: list[str] = MIX_DOMAINS) -> list[str]:
+    mix = [f"--schedule.domains=[{', '.join(domains)}]", *mix_inputs.get(name, [])] if mixes(name) else []
     return [*KNOBS.get(name, []), *mix]
+
+
+def write_mix_inputs(root, vocab_size: int, seq_len: int, eos_id: int, domains: list[str]) -> dict:
+    """A reference model directory (DoReMi) of the given vocabulary and length, and a proxy table (RegMix)
+    over ``domains`` (two), as the mixers' knobs."""
+    import torch
+
+    from d3ray.model import ModelConfig, build_model, model_config_dict
+
+    model_cfg = ModelConfig()
+    torch.manual_seed(1)
+    build_model(model_config_dict(model_cfg, vocab_size, seq_len, eos_id), model_cfg).save_pretrained(root / "reference")
+    rows = [",".join(f"mix/{d}" for d in domains) + ",target"] + [f"{w},{1 - w},{3 + (w - 0.3) ** 2}"
+                                                                 for w in (0.1, 0.3, 0.5, 0.7, 0.9)]
+    (root / "proxies.csv").write_text("\n".join(rows) + "\n")
+    return {"doremi": [f"--schedule.reference={root / 'reference'}"],
+            "regmix": [f"--schedule.proxy_table={root / 'proxies.csv'}"]}
 
 
 def selects_towards_a_target(scheduler: str) -> bool:
@@ -305,6 +312,7 @@ SKILLS = {"copy", "add1", "add", "mul", "sort", "reverse", "word"}
 # random, sequential and loss_reweight decide from the chunk's shape and the seed only (Ray-free, on any
 # chunk: tests/unit/test_stateless_schedulers.py); mtl groups by domain, so it is replayed on the tasks.
 SFT_REPLAYED = [n for n in SCHEDULERS if n not in STATELESS or n == "mtl"]
+SFT_MIX_DOMAINS = ["add", "copy"]
 
 
 @pytest.fixture(scope="module")
@@ -323,17 +331,24 @@ def sft_run(tmp_path_factory):
     return prepared, load_eval_sets(cfg, prepared)
 
 
+@pytest.fixture(scope="module")
+def sft_mix_inputs(tmp_path_factory, sft_run):
+    """The mixers' knobs on the suite's tasks: a reference model of the SFT tokenizer's vocabulary."""
+    prepared, _ = sft_run
+    return write_mix_inputs(tmp_path_factory.mktemp("sft_mix_inputs"), prepared.vocab_size, SFT_T,
+                            prepared.eos_id, SFT_MIX_DOMAINS)
+
+
 @pytest.mark.parametrize("name", SFT_REPLAYED)
 def test_scheduler_contract_every_scheduler_decides_sft_chunks_with_the_task_as_the_domain(
-        ray_cluster, sft_run, mix_inputs, tmp_path, name):
-    """Mixers stop at config time (SFT records have no per-domain lanes to draw from); every other
-    scheduler builds on the SFT chunk stream and decides its chunks, without a fallback, each sample
-    trained or skipped with a reason exactly once, the tasks as the domains."""
+        ray_cluster, sft_run, sft_mix_inputs, tmp_path, name):
+    """Every scheduler builds on the SFT chunk stream and decides its chunks, without a fallback, each
+    sample trained or skipped with a reason exactly once, the tasks as the domains; a mixer draws them
+    from its per-task lanes, each chunk with the mixture it carries, no sample twice in a task epoch."""
     from functools import partial
 
     import torch
 
-    from d3ray.config_loading import ConfigError
     from d3ray.model import ModelConfig, build_model, model_config_dict
     from d3ray.schedule.coordinator import ScheduleCoordinator
     from d3ray.schedule.mix.domains import resolve_mix_domains
@@ -342,11 +357,16 @@ def test_scheduler_contract_every_scheduler_decides_sft_chunks_with_the_task_as_
     ray = ray_cluster
     prepared, eval_sets = sft_run
     cfg = load_config(RunConfig, None, [f"--schedule.type={name}", f"--schedule.L={L}", "--schedule.deadline_s=3600",
-                                        *knobs(name, mix_inputs)]).schedule
-    if mixes(name):
-        with pytest.raises(ConfigError, match=rf"schedule\.type={name}: SFT records cannot be mixed"):
-            resolve_mix_domains(cfg, prepared.data, prepared.train_shards, sft=True)
-        return
+                                        *knobs(name, sft_mix_inputs, SFT_MIX_DOMAINS)]).schedule
+    mix_domains = None
+    if mixes(name):  # as the driver does: the tasks resolved and checked, then the pre-run stage
+        from d3ray.schedule.mix.prerun import PreRunContext
+
+        mix_domains = resolve_mix_domains(cfg, prepared.data, prepared.train_shards, prepared.sft)
+        assert mix_domains == SFT_MIX_DOMAINS
+        cfg.before_run(PreRunContext(cfg=dataclasses.replace(RunConfig(), output_dir=str(tmp_path.parent),
+                                                             name=tmp_path.name), data=prepared.data,
+                                     domains=mix_domains, run=None))
     make_stream = partial(build_chunk_stream, [], prepared.data, str(prepared.tokenizer_dir), B,
                           cfg.window_batches(), 0, 0, prepared.sft)
     model_cfg = ModelConfig()
@@ -359,17 +379,27 @@ def test_scheduler_contract_every_scheduler_decides_sft_chunks_with_the_task_as_
     scheduler = cfg.build(BuildContext(
         seed=5, model_config=model_config, model=model_cfg, run_name=f"sft-{name}", run_dir=str(tmp_path),
         batch_size=B, total_chunks=SFT_CHUNKS, tokenizer_dir=str(prepared.tokenizer_dir),
-        eval_sets=[ray.put(eval_sets)]))
+        eval_sets=[ray.put(eval_sets)], domains=mix_domains))
     coordinator = ray.remote(ScheduleCoordinator).options(max_concurrency=16).remote(
         make_stream, scheduler, needs, cfg.prefetch_chunks, cfg.staleness, cfg.deadline_s)
-    produced = make_stream()  # the same chunks, read independently of the coordinator
+    mixtures: dict[int, dict[str, float]] = {}  # the mixer's, as each chunk carries it
+    # The same chunks, read independently of the coordinator (a mixer's: drawn with the mixtures it logged)
+    produced = make_stream(mixture_for_chunk=mixtures.__getitem__) if mixes(name) else make_stream()
     candidate_chunks = iter(produced)
+    drawn: list[str] = []
     try:
         if needs.weights:
             ray.get(coordinator.publish_weights.remote(0, [ray.put(p) for p in snapshot(0)]))
         for c in range(SFT_CHUNKS):
             chunk = ray.get(coordinator.get_chunk.remote(c), timeout=300)
+            if mixes(name):
+                assert chunk.decision.record["scheduler"] == name
+                assert drawn_from(chunk.mixture) <= set(SFT_MIX_DOMAINS) and abs(sum(chunk.mixture.values()) - 1) < 1e-6
+                mixtures[c] = chunk.mixture
+            else:
+                assert chunk.mixture is None
             candidates = next(candidate_chunks)
+            assert candidates.mixture == chunk.mixture
             assert not chunk.decision.fallback, f"chunk {c}: {chunk.decision.record}"
             assert chunk.steps == L and all(len(ids) == B for ids in chunk.sample_ids)
             trained = [s for ids in chunk.sample_ids for s in ids]
@@ -378,7 +408,8 @@ def test_scheduler_contract_every_scheduler_decides_sft_chunks_with_the_task_as_
                 f"chunk {c}: every candidate trains or is skipped with a reason, exactly once"
             by_id = {s: d for b in candidates.batches for s, d in zip(b.sample_ids, b.domains, strict=True)}
             assert [d for ds in chunk.domains for d in ds] == [by_id[s] for s in trained], "the task is the domain"
-            assert set(by_id.values()) <= SKILLS
+            assert set(by_id.values()) <= (set(SFT_MIX_DOMAINS) if mixes(name) else SKILLS)
+            drawn += sorted(by_id)
             if needs.feedback:
                 coordinator.feedback.remote(feedback_of(chunk))
             if needs.weights:
@@ -387,3 +418,6 @@ def test_scheduler_contract_every_scheduler_decides_sft_chunks_with_the_task_as_
         produced.close()
         ray.kill(coordinator)
         scheduler.close()
+    assert len(drawn) == len(set(drawn)), "no sample twice (the two chunks lie within the first task epoch)"
+    if mixes(name):  # 16 draws of 24 records per task: every drawn id is of task epoch 0
+        assert {s.split("/", 1)[0] for s in drawn} == {"0"}

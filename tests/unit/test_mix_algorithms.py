@@ -10,6 +10,7 @@ import pytest
 from d3ray.config import RunConfig
 from d3ray.config_loading import ConfigError, load_config
 from d3ray.data.config import DataConfig
+from d3ray.data.sft import SftDataConfig
 from d3ray.schedule.chunker import ChunkStream
 from d3ray.schedule.config import ScheduleConfig
 from d3ray.schedule.mix.base import MixScheduler
@@ -230,7 +231,7 @@ def test_mix_domains_errors_name_the_field(tmp_path, overrides, message):
 
     cfg = load_config(RunConfig, None, overrides)
     with pytest.raises(ConfigError, match=message):
-        resolve_mix_domains(cfg.schedule, cfg.data, two_domain_corpus(tmp_path), sft=False)
+        resolve_mix_domains(cfg.schedule, cfg.data, two_domain_corpus(tmp_path))
 
 
 def test_mixer_on_a_one_domain_corpus_is_an_error_naming_schedule_type(tmp_path):
@@ -238,16 +239,19 @@ def test_mixer_on_a_one_domain_corpus_is_an_error_naming_schedule_type(tmp_path)
 
     shards = two_domain_corpus(tmp_path, domains=("RedPajamaC4",), n=(20,))
     with pytest.raises(ConfigError, match=r"schedule\.type: a domain mixer needs a corpus of at least two domains"):
-        resolve_mix_domains(schedule("--schedule.type=odm"), DataConfig(), shards, sft=False)
-    with pytest.raises(ConfigError, match=r"schedule\.type=odm: SFT records cannot be mixed"):
-        resolve_mix_domains(schedule("--schedule.type=odm"), DataConfig(), shards, sft=True)
+        resolve_mix_domains(schedule("--schedule.type=odm"), DataConfig(), shards)
+    # SFT (the task as the domain): a one-task set is the same error (tests/unit/test_sft_lanes.py: mixable sets)
+    sft = tmp_path / "sft.jsonl"
+    sft.write_text("".join(f'{{"prompt": "{i}+1=", "response": "{i + 1}", "task": "add1"}}\n' for i in range(4)))
+    with pytest.raises(ConfigError, match=r"schedule\.type: a domain mixer needs a corpus of at least two domains; "
+                                          r"this corpus has \['add1'\]"):
+        resolve_mix_domains(schedule("--schedule.type=odm"), DataConfig(), [], SftDataConfig(paths=[str(sft)]))
 
 
 def test_mix_domains_default_to_the_corpus_domains(tmp_path):
     from d3ray.schedule.mix.domains import resolve_mix_domains
 
-    domains = resolve_mix_domains(schedule("--schedule.type=random_mix"), DataConfig(), two_domain_corpus(tmp_path),
-                                  sft=False)
+    domains = resolve_mix_domains(schedule("--schedule.type=random_mix"), DataConfig(), two_domain_corpus(tmp_path))
     assert domains == ["RedPajamaBook", "RedPajamaC4"]
 
 

@@ -2,8 +2,8 @@
 
 A mixer decides the domain mixture each chunk is drawn with; its ``order`` field (an order scheduler,
 default ``random``) orders the batches of the chunks it drew: ``{type: odm, order: {type: d3}}``.
-``domains`` lists the domains mixed (default: every known domain with records in the corpus); the
-driver resolves and checks them before Ray starts (``domains.py``).
+``domains`` lists the domains mixed (default: every known domain with records in the corpus; SFT: every
+task of the training files); the driver resolves and checks them before Ray starts (``domains.py``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ class MixScheduleConfig(StagedScheduleConfig):
     kind = Kind.MIX
 
     domains: list[str] = field(default_factory=list)
-    """The domains mixed; empty = every known domain (``data.domains``) that has records in the corpus."""
+    """The domains mixed; empty = every known domain (``data.domains``) that has records in the corpus (SFT:
+    every task of ``sft.paths``)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -1,6 +1,7 @@
 """The domains a mixer mixes, resolved and checked in the driver before Ray starts.
 
     schedule.domains (or every known domain with records) ∩ what a quick read of the corpus finds
+        (SFT: the known domains are the ``task`` values of the training files, sorted; a full read)
         ─► at least two (a mixer on a one-domain corpus is an error naming ``schedule.type``)
         ─► ``schedule.weights`` (static) / ``schedule.reference_mixture`` (DoReMi) checked against them
 
@@ -39,37 +40,44 @@ def probe_domains(shards: Sequence[Any], data: Any, max_records: int = 50_000) -
     return counts, True
 
 
-def resolve_mix_domains(schedule: Any, data: Any, shards: Sequence[Any], sft: bool,
+def resolve_mix_domains(schedule: Any, data: Any, shards: Sequence[Any], sft: Any = None,
                         max_records: int = 50_000) -> list[str]:
-    """The domains ``schedule`` (a mix config) mixes, in ``data.domains`` order.
+    """The domains ``schedule`` (a mix config) mixes: in ``data.domains`` order, or for SFT (``sft``, an
+    :class:`~d3ray.data.sft.SftDataConfig` with its paths resolved) the tasks of ``sft.paths``, sorted.
 
     Raises:
-        ConfigError: SFT data (no per-domain streams), an unknown domain in ``schedule.domains`` or in the
-            given weights, fewer than two domains to mix, or a weight on a domain the corpus lacks.
+        ConfigError: an unknown domain in ``schedule.domains`` or in the given weights, fewer than two
+            domains to mix, or a weight on a domain the corpus lacks.
     """
-    name = schedule.type_name
-    if sft:
-        raise ConfigError(f"schedule.type={name}: SFT records cannot be mixed (their stream has no per-domain "
-                          f"lanes); use an order, select or weight scheduler")
-    known = list(data.domains)
+    if sft:  # SFT: the tasks are the domains; a full read of the (small) files, no tokenizing
+        from d3ray.data.sft_sequences import sft_task_counts
+
+        counts, complete = Counter(sft_task_counts(sft)), True
+        known = list(counts)
+        where = f"known domains (the tasks of sft.paths): {known}"
+        logger.info("mixing: the SFT tasks of %s: %s", list(sft.paths), dict(counts))
+    else:
+        known = list(data.domains)
+        where = f"known domains (data.domains): {known}"
     unknown = [d for d in schedule.domains if d not in known]
     if unknown:
-        raise ConfigError(f"schedule.domains: unknown domain(s) {unknown}; known domains (data.domains): {known}")
+        raise ConfigError(f"schedule.domains: unknown domain(s) {unknown}; {where}")
     weights = schedule.given_weights()
     weight_field = "schedule.weights" if schedule.type_name == "static" else "schedule.reference_mixture"
     unknown = sorted(set(weights) - set(known))
     if unknown:
-        raise ConfigError(f"{weight_field}: unknown domain(s) {unknown}; known domains (data.domains): {known}")
+        raise ConfigError(f"{weight_field}: unknown domain(s) {unknown}; {where}")
     from d3ray.data.mixture import require_mixable
 
     try:
         require_mixable(known, "schedule.type")
     except ValueError as err:
-        raise ConfigError(f"{err} (data.domains={known})") from None
-    counts, complete = probe_domains(shards, data, max_records)
+        raise ConfigError(f"{err} ({where})") from None
+    if not sft:
+        counts, complete = probe_domains(shards, data, max_records)
+        logger.info("mixing: the corpus probe (%s) found %s",
+                    "whole corpus" if complete else f"first {max_records} records", dict(counts))
     found = [d for d in known if counts.get(d)]
-    logger.info("mixing: the corpus probe (%s) found %s", "whole corpus" if complete else f"first {max_records} records",
-                dict(counts))
     if schedule.domains:
         domains = [d for d in known if d in schedule.domains]
         missing = [d for d in domains if not counts.get(d)]
