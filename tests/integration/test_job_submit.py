@@ -1,5 +1,8 @@
 """``ray job submit`` end to end: a local head on loopback, the tiny pretrain job through the
 ``ray job submit`` CLI as a user runs it, SUCCEEDED, its outputs on disk; then only that head is stopped.
+What the user sees of the job (its driver's console, tailed by ``ray job submit``) is where the run lives,
+progress lines, the eval line and the final schedule summary; no Python warnings and no metric-dict dumps
+(those go to the run directory's logs).
 
 The head is its own Ray instance (free ports, its own ``--temp-dir`` and auth token), so it does not
 collide with the session's ``ray_cluster`` fixture or any other Ray on the machine. It runs as
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -153,6 +157,7 @@ def test_job_submit_tiny_pretrain_succeeds_and_writes_run_dir(ray_head, corpus, 
         f"--train.steps={STEPS}",
         "--train.micro_batch_size=2",
         "--train.eval_every=0",
+        "--train.log_every=2",
         "--schedule.L=2",
         "--eval.max_sequences_per_domain=2",
     ]
@@ -167,6 +172,7 @@ def test_job_submit_tiny_pretrain_succeeds_and_writes_run_dir(ray_head, corpus, 
 
     assert job.returncode == 0 and "succeeded" in logs, logs[-3000:]
     assert f"finished {STEPS} steps" in logs
+    assert_console_is_progress_eval_and_summary_only(logs, out)
     run_dir = out / "job-test"
     final = json.loads((run_dir / "final_metrics.json").read_text())
     assert final["steps"] == STEPS and final["run_dir"] == str(run_dir)
@@ -174,3 +180,16 @@ def test_job_submit_tiny_pretrain_succeeds_and_writes_run_dir(ray_head, corpus, 
         range(1, STEPS + 1)
     )
     assert list(run_dir.glob("checkpoint_*")), "checkpoints written by path, outside the working dir"
+
+
+def assert_console_is_progress_eval_and_summary_only(console: str, out) -> None:
+    assert re.search(rf"^run job-test: d3 schedule, {STEPS} steps, in .*runs/job-test", console, re.M), console[-3000:]
+    assert f"step 2/{STEPS} | loss" in console and f"step {STEPS}/{STEPS} | loss" in console
+    assert f"eval step {STEPS} | mean loss" in console
+    assert re.search(rf"^schedule: {STEPS // 2} chunks decided, \d+ fallbacks, trainer wait", console, re.M)
+    for noise in ("Warning:", "Reporting training result", "metrics={", "Traceback", "loss_type=None"):
+        assert noise not in console, f"{noise!r} on the console:\n{console[-3000:]}"
+    logs = out / "job-test" / "logs"
+    assert {"driver.log", "coordinator.log", "trainer-0.log", "trainer-1.log", "influence-0.log"} <= {
+        p.name for p in logs.iterdir()}
+    assert "FutureWarning" in (logs / "trainer-0.log").read_text(), "library warnings are kept in the run's logs"
