@@ -253,11 +253,9 @@ def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_
                        batch_size=B, total_chunks=N_CHUNKS, eval_sets=[ray.put(held_out)], tokenizer_dir=str(tokenizer),
                        domains=MIX_DOMAINS if mixes(name) else None)
 
-    def coordinator_and_scheduler():
-        scheduler = cfg.build(ctx)
-        coordinator = ray.remote(ScheduleCoordinator).options(max_concurrency=16).remote(
+    def coordinator_of(scheduler):
+        return ray.remote(ScheduleCoordinator).options(max_concurrency=16).remote(
             make_stream, scheduler, needs, cfg.prefetch_chunks, cfg.staleness, cfg.deadline_s)
-        return coordinator, scheduler
 
     def drive(coordinator, first: int, last: int, checkpoint_at: int | None = None):
         """Act as the trainers for chunks first..last-1; returns the decisions (and a checkpoint)."""
@@ -284,11 +282,16 @@ def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_
         cfg.before_run(PreRunContext(cfg=dataclasses.replace(RunConfig(), output_dir=str(tmp_path.parent),
                                                              name=tmp_path.name), data=data, domains=MIX_DOMAINS,
                                      run=None))
-    first, first_scheduler = coordinator_and_scheduler()
+    first_scheduler = cfg.build(ctx)
+    # The restored side's scheduler is built now, untouched until the restore: its actors (a process each,
+    # ~6 s of imports on a small box) start while the first side decides, not after it (its actors' names
+    # are the run's: another name, while the first side's live)
+    second_scheduler = cfg.build(dataclasses.replace(ctx, run_name=f"{ctx.run_name}-restored"))
+    first = coordinator_of(first_scheduler)
     uninterrupted, state, drawn = drive(first, 0, N_CHUNKS, checkpoint_at=RESUME_AT)
     ray.kill(first)
     first_scheduler.close()
-    second, second_scheduler = coordinator_and_scheduler()
+    second = coordinator_of(second_scheduler)
     try:
         ray.get(second.restore.remote(state))
         resumed, _, drawn_again = drive(second, RESUME_AT, N_CHUNKS)
