@@ -85,14 +85,28 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("stage", [0, 1, 2, 3])
-def test_snapshot_optimizer_state_predicts_the_engines_next_step(stage, tmp_path):
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
-               PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(stage)], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=tmp_path)
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert done.returncode == 0 and lines, done.stderr[-3000:]
+STAGES = [0, 1, 2, 3]
+
+
+@pytest.fixture(scope="module")
+def stage_runs(tmp_path_factory) -> dict[int, subprocess.Popen]:
+    """The four stages' processes, started together (each is mostly imports: they overlap on a small box)."""
+    runs = {}
+    for stage in STAGES:
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
+                   PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+        runs[stage] = subprocess.Popen([sys.executable, "-c", SCRIPT, str(stage)], env=env, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True, cwd=tmp_path_factory.mktemp(f"zero{stage}"))
+    yield runs
+    for run in runs.values():
+        run.kill()
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_snapshot_optimizer_state_predicts_the_engines_next_step(stage, stage_runs):
+    stdout, stderr = stage_runs[stage].communicate(timeout=600)
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("RESULT ")]
+    assert stage_runs[stage].returncode == 0 and lines, stderr[-3000:]
     out = json.loads(lines[-1][len("RESULT "):])
 
     assert out["fresh_step"] == 0 and out["fresh_zero"] and out["fresh_names"]
