@@ -109,6 +109,8 @@ engine.step()
 if rank == 0:
     results["train_after"] = float(loss.detach())
     print("RESULT " + json.dumps(results), flush=True)
+torch.distributed.barrier()  # both ranks done before either tears gloo down (else "terminate called" at exit)
+torch.distributed.destroy_process_group()
 """
 
 

@@ -76,6 +76,7 @@ out = {"fresh_step": fresh.step, "fresh_zero": all(not np.any(v) for v in fresh.
        "bf16_fresh": fresh16.step == 0 and all(v.dtype == torch.bfloat16 and not v.any() for v in fresh16.exp_avg_sq.values()),
        "bytes": [snapshot_nbytes([before, state]), snapshot_nbytes([before16, state16])]}
 print("RESULT " + json.dumps(out))
+torch.distributed.destroy_process_group()
 """
 
 
