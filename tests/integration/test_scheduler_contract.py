@@ -31,6 +31,7 @@ and test_coordinator_cursor.py).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 
@@ -282,22 +283,22 @@ def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_
         cfg.before_run(PreRunContext(cfg=dataclasses.replace(RunConfig(), output_dir=str(tmp_path.parent),
                                                              name=tmp_path.name), data=data, domains=MIX_DOMAINS,
                                      run=None))
-    first_scheduler = cfg.build(ctx)
-    # The restored side's scheduler is built now, untouched until the restore: its actors (a process each,
-    # ~6 s of imports on a small box) start while the first side decides, not after it (its actors' names
-    # are the run's: another name, while the first side's live)
-    second_scheduler = cfg.build(dataclasses.replace(ctx, run_name=f"{ctx.run_name}-restored"))
-    first = coordinator_of(first_scheduler)
-    uninterrupted, state, drawn = drive(first, 0, N_CHUNKS, checkpoint_at=RESUME_AT)
-    ray.kill(first)
-    first_scheduler.close()
-    second = coordinator_of(second_scheduler)
-    try:
+    with contextlib.ExitStack() as cleanup:  # every actor of both sides goes, whatever fails
+        first_scheduler = cfg.build(ctx)
+        cleanup.callback(first_scheduler.close)
+        # The restored side's scheduler is built now, untouched until the restore: its actors (a process each,
+        # ~6 s of imports on a small box) start while the first side decides, not after it (its actors' names
+        # are the run's: another name, while the first side's live)
+        second_scheduler = cfg.build(dataclasses.replace(ctx, run_name=f"{ctx.run_name}-restored"))
+        cleanup.callback(second_scheduler.close)
+        first = coordinator_of(first_scheduler)
+        cleanup.callback(ray.kill, first)
+        uninterrupted, state, drawn = drive(first, 0, N_CHUNKS, checkpoint_at=RESUME_AT)
+        ray.kill(first)
+        second = coordinator_of(second_scheduler)
+        cleanup.callback(ray.kill, second)
         ray.get(second.restore.remote(state))
         resumed, _, drawn_again = drive(second, RESUME_AT, N_CHUNKS)
-    finally:
-        ray.kill(second)
-        second_scheduler.close()
     for c in range(RESUME_AT, N_CHUNKS):
         fresh = {k: v for k, v in resumed[c].items() if k != "fallback"}
         assert fresh == {k: v for k, v in uninterrupted[c].items() if k != "fallback"}, f"chunk {c} differs"
