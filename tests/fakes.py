@@ -14,13 +14,27 @@ class Seq:
     n_tokens: int
 
 
+class ListGroup:
+    """A reader group (``d3ray.data.stream.ReadGroup``) of one sequence: the one at ``index``."""
+
+    def __init__(self, seqs, index):
+        self.seqs, self.index = seqs, index
+
+    def state(self, domain=None, skip=0):
+        before = self.index if domain is None else sum(s.domain == domain for s in self.seqs[: self.index])
+        return {"i": before + skip}
+
+
 class ListReader:
-    """One epoch of an in-memory lane; its state is the index of the next sequence."""
+    """One epoch of an in-memory lane; its state is the index of the next sequence, each sequence is a
+    group of its own."""
 
     def __init__(self, seqs, state):
         self.seqs, self.i = seqs, state["i"] if state else 0
+        self.start = self.i
         self.near_end = False
         self.reads = 0
+        self.group = ListGroup(seqs, self.i)
 
     def prestart(self):
         pass
@@ -31,6 +45,7 @@ class ListReader:
     def __next__(self):
         if self.i >= len(self.seqs):
             raise StopIteration
+        self.group = ListGroup(self.seqs, self.i)
         self.i += 1
         self.reads += 1
         return self.seqs[self.i - 1]
@@ -42,8 +57,9 @@ class ListReader:
 class ListSource:
     """The source protocol of d3ray.data.stream.CorpusSource over in-memory sequences."""
 
-    def __init__(self, seqs, domains=("d",)):
+    def __init__(self, seqs, domains=("d",), shared_span_blocks=0):
         self.seqs, self.domains, self.readers = seqs, list(domains), []
+        self.shared_span_blocks = shared_span_blocks  # mixed streams: see d3ray.data.domain_lanes
 
     def reader(self, epoch, lane, state):
         reader = ListReader([s for s in self.seqs if lane in (None, s.domain)], state)
@@ -51,9 +67,9 @@ class ListSource:
         return reader
 
 
-def make_source(n: int, domains=("d",)):
+def make_source(n: int, domains=("d",), shared_span_blocks=0):
     return ListSource([Seq(np.full(4, i, dtype=np.int32), domains[i % len(domains)], f"s:{i}:0", 4)
-                       for i in range(n)], domains)
+                       for i in range(n)], domains, shared_span_blocks)
 
 
 def make_list_chunk_stream(cursor):

@@ -9,8 +9,11 @@ median over ``--reps`` alternating passes (the box is shared; alternating spread
                  workers at niceness 15; on a busy box a plain loop in the driver would get more CPU)
     stream       ChunkStream over CorpusSource: Ray Data read + tokenize (1 and N actors) → block
                  packer → batches of B → chunks of L, one epoch; tokens = real (non-padding) tokens
-    mixed        the same, drawing every sequence by domain from per-domain lanes at the corpus'
-                 natural token mixture (so no lane cycles much more than the plain stream)
+    mixed        the same, drawing every sequence by domain at the corpus' natural token mixture (so
+                 no domain cycles much more than the plain stream), through the shared reader
+                 (d3ray.data.domain_lanes; 1 and N actors)
+    lanes_1      mixed with a lane per domain (``data.mix_shared_span_blocks=0``, 1 actor each): what
+                 the shared reader saves
 
     stream_ratio           stream tokens/s ÷ plain-loop tokens/s            (target >= 0.9, 1 actor);
                            ``steady``: without the stream's start-up (time to its first chunk)
@@ -263,14 +266,15 @@ def run(args: argparse.Namespace) -> int:
     if owns_ray:
         ray.init(address="local", num_cpus=max(4, os.cpu_count() or 1), include_dashboard=False, log_to_driver=False)
 
-    def maker(actors: int, mixed: bool) -> Callable[[dict | None], ChunkStream]:
+    def maker(actors: int, mixed: bool, span: int | None = None) -> Callable[[dict | None], ChunkStream]:
         data = dataclasses.replace(cfg, tokenize_actors=actors)
         return lambda cursor: ChunkStream(
             CorpusSource(shards, data, tok), args.batch_size, args.L, seed=0,
-            mixture_for_chunk=(lambda c: mixture) if mixed else None, cursor=cursor)
+            mixture_for_chunk=(lambda c: mixture) if mixed else None, cursor=cursor, shared_span_blocks=span)
 
-    variants = {"stream_1": (1, False), f"stream_{args.actors}": (args.actors, False),
-                "mixed_1": (1, True), f"mixed_{args.actors}": (args.actors, True)}
+    variants = {"stream_1": (1, False, None), f"stream_{args.actors}": (args.actors, False, None),
+                "mixed_1": (1, True, None), f"mixed_{args.actors}": (args.actors, True, None),
+                "lanes_1": (1, True, 0)}
     passes: dict[str, list[dict[str, Any]]] = {k: [] for k in ["plain", *variants]}
     plain_task = ray.remote(plain_loop).options(num_cpus=1)
     try:
@@ -280,9 +284,9 @@ def run(args: argparse.Namespace) -> int:
             passes["plain"][-1]["cpu_sec"] = meter.seconds
             print(f"rep {rep}: plain {passes['plain'][-1]['tokens_per_sec']:,.0f} tok/s", flush=True)
             chunks_wanted = None
-            for name, (actors, mixed) in variants.items():
+            for name, (actors, mixed, span) in variants.items():
                 with CpuMeter() as meter:
-                    result = stream_pass(maker(actors, mixed), chunks_wanted if mixed else None)
+                    result = stream_pass(maker(actors, mixed, span), chunks_wanted if mixed else None)
                 result["cpu_sec"] = meter.seconds
                 if not mixed and chunks_wanted is None:
                     chunks_wanted = result["chunks"]  # mixed: as many chunks as the plain epoch
@@ -317,6 +321,7 @@ def run(args: argparse.Namespace) -> int:
         report[f"mixed_cost_{n}"] = 1 - report[f"mixed_{n}"]["tokens_per_sec"] / report[f"stream_{n}"]["tokens_per_sec"]
         report[f"mixed_cpu_cost_{n}"] = (1 - report[f"mixed_{n}"]["tokens_per_cpu_sec"]
                                          / report[f"stream_{n}"]["tokens_per_cpu_sec"])
+    report["lanes_cost_1"] = 1 - report["lanes_1"]["tokens_per_sec"] / report["stream_1"]["tokens_per_sec"]
     report["resume"] = resume
     report["cold_start_sec"] = cold
     report["targets"] = {"stream_1.ratio_to_plain": ">= 0.9", "mixed_cost_1": "< 0.05",
@@ -332,7 +337,8 @@ def run(args: argparse.Namespace) -> int:
               f"{r['tokens_per_cpu_sec']:>11,.0f}{r['cpu_ratio_to_plain']:>7.2f}{r['first_chunk_sec']:>9.2f}"
               f"{r['mean_chunk_gap_sec']:>8.3f}{r['epoch_boundary_gap_sec']:>12.3f}")
     print("mixed cost: " + ", ".join(f"{n} actor(s) {report[f'mixed_cost_{n}']:+.1%} wall, "
-                                     f"{report[f'mixed_cpu_cost_{n}']:+.1%} CPU" for n in (1, args.actors)))
+                                     f"{report[f'mixed_cpu_cost_{n}']:+.1%} CPU" for n in (1, args.actors))
+          + f"; a lane per domain (1 actor) {report['lanes_cost_1']:+.1%} wall")
     print("resume: " + ", ".join(f"{r['fraction']:.0%} ({r['tokens_before']:,} tok) {r['resume_sec']:.2f}s "
                                  f"[re-read {r['reread_to_reach_sec']:.1f}s]" for r in resume)
           + f" | cold start {cold:.2f}s")

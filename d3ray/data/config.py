@@ -106,6 +106,11 @@ class DataConfig:
     block_bytes: int = 2 * 1024 * 1024
     """Ray Data target block size of the stream. Ray's default (128 MiB) would hold back a whole
     shard's tokens until the shard is done; small blocks reach the trainer as soon as they are made."""
+    mix_shared_span_blocks: int = 32
+    """Mixing: one shared reader feeds per-domain queues while they reach back at most this many blocks
+    (of ``tokenize_batch_size`` documents); a domain the mixture wants faster than that then reads on a
+    lane of its own (``d3ray/data/domain_lanes.py``). Bounds the queues' memory and what a resume
+    re-reads. 0: a lane per domain from the start."""
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     """The tokenizer to train or load."""
 
@@ -132,5 +137,7 @@ class DataConfig:
             raise ValueError(f"data.block_bytes must be >= 1024, got {self.block_bytes}")
         if self.tokenize_cpus < 0:
             raise ValueError(f"data.tokenize_cpus must be >= 0, got {self.tokenize_cpus}")
+        if self.mix_shared_span_blocks < 0:
+            raise ValueError(f"data.mix_shared_span_blocks must be >= 0, got {self.mix_shared_span_blocks}")
         if self.tokenize_batch_size < 1:
             raise ValueError(f"data.tokenize_batch_size must be >= 1, got {self.tokenize_batch_size}")

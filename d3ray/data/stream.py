@@ -82,6 +82,11 @@ class CorpusSource:
         return list(self.cfg.domains)
 
     @property
+    def shared_span_blocks(self) -> int:
+        """Mixed streams over this source share one reader (``data.mix_shared_span_blocks``)."""
+        return self.cfg.mix_shared_span_blocks
+
+    @property
     def eos_id(self) -> int:
         if self._eos_id is None:
             from d3ray.data.tokenizer import load_backend_tokenizer
@@ -207,6 +212,26 @@ class _IterableReader:
         return {"taken": self.taken}
 
 
+class ReadGroup:
+    """Where one group of a reader's sequences starts: the block (or the end-of-epoch flush) they were
+    packed from, with the packer's carry before it. Restarting there and dropping the first ``skip``
+    sequences re-reads at most that block; :class:`~d3ray.data.domain_lanes.DomainLanes` uses it to
+    hand a domain from the shared reader to a lane of its own, and for the shared reader's cursor."""
+
+    __slots__ = ("shard", "shard_name", "position", "carry")
+
+    def __init__(self, shard: int, shard_name: str | None, position: ShardPosition,
+                 carry: dict[str, tuple[np.ndarray, str]]) -> None:
+        self.shard, self.shard_name, self.position, self.carry = shard, shard_name, position, carry
+
+    def state(self, domain: str | None = None, skip: int = 0) -> dict[str, Any]:
+        """A reader state at this group: of the all-domain reader (``domain`` None), or of ``domain``'s
+        lane (its carry only), ``skip`` of the group's sequences (of that domain) already taken."""
+        carry = self.carry if domain is None else {d: c for d, c in self.carry.items() if d == domain}
+        return {"shard": self.shard, "shard_name": self.shard_name, "position": self.position.to_list(),
+                "carry": SequencePacker.state_of(carry), "skip": skip}
+
+
 class SequenceReader:
     """One epoch of one lane: packed sequences from the Ray Data stream, with a resumable state.
 
@@ -234,6 +259,7 @@ class SequenceReader:
             self._packer.load_state(state["carry"])
         # The group: the block (or the end-of-epoch flush) whose sequences are being handed out.
         self._group = (shard, position, self._packer.snapshot())
+        self._read_group: ReadGroup | None = None
         self._block_positions: np.ndarray | None = None  # (n, 4) positions of the group's documents
         self._block_shards: Sequence[str] = ()  # and their shards
         self._queue: deque[PackedSequence] = deque()
@@ -250,6 +276,15 @@ class SequenceReader:
         self._batches: Any = None  # Ray Data's batch iterator under ``_blocks``
         self._thread: threading.Thread | None = None
         self._opened: Iterator[BlockOut] | BaseException | None = None
+
+    @property
+    def group(self) -> ReadGroup:
+        """The group of the sequence last handed out (before the first: where this reader starts)."""
+        if self._read_group is None:
+            shard, position, carry = self._group
+            n = len(self.source.shards)
+            self._read_group = ReadGroup(shard, self.source.shards[shard].name if shard < n else None, position, carry)
+        return self._read_group
 
     # ---- reading -------------------------------------------------------------------------
     def prestart(self) -> None:
@@ -325,6 +360,7 @@ class SequenceReader:
         n = len(self.source.shards)
         if self._ended:
             self._group = (n, ShardPosition(), self._packer.snapshot())
+            self._read_group = None
             self._block_positions = None
             self._queue.extend(self._packer.flush(self.source.domains))
             self._done = True
@@ -342,6 +378,7 @@ class SequenceReader:
             shard = self._index[block.shard]
             self.records_read += block.n_records
             self._group = (shard, block.position, before)
+            self._read_group = None
             self._block_positions = block.documents.positions
             self._block_shards = block.documents.shards
             self._queue.extend(self._packer.feed_block(block.documents))

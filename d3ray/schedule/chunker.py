@@ -13,9 +13,10 @@ Plain (no mixer, ``mixture_for_chunk=None``):
 
 Mixed (``mixture_for_chunk(chunk_id) -> {domain: weight} | None``, None = keep the last one):
 
-    one lane per domain (started when first drawn) ─► each of the chunk's B x L slots draws its
-    domain from the chunk's mixture (d3ray.data.mixture.draw_domains) and takes that lane's next
-    sequence ─► batches of B ─► chunks of L. A lane that runs out starts its next domain epoch
+    a stream per domain (d3ray.data.domain_lanes: one shared reader, and lanes of their own for the
+    domains the mixture starves it of) ─► each of the chunk's B x L slots draws its domain from the
+    chunk's mixture (d3ray.data.mixture.draw_domains) and takes that domain's next sequence ─►
+    batches of B ─► chunks of L. A domain that runs out starts its next domain epoch
     (counted in ``stats.domain_epochs``, logged); sample ids "<domain epoch>/<shard>:<line>:<offset>".
     There is no end: a mixed stream never drops a tail and every chunk holds L batches.
 
@@ -33,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from d3ray.data.domain_lanes import DomainLanes
 from d3ray.data.mixture import draw_domains, validate_mixture
 from d3ray.data.stream import Lane
 
@@ -180,6 +182,10 @@ class ChunkStream:
         mixture_for_chunk: the mixer's decision per chunk id (None: a plain, mixture-less stream).
             It must give the same answer for the same chunk id on every call (resume relies on it).
         cursor: a ``Chunk.cursor`` to start from (None: chunk 0 of epoch 0).
+        shared_span_blocks: mixed streams: how far (in blocks) the shared reader's per-domain queues may
+            reach before a starved domain gets a lane of its own (d3ray.data.domain_lanes); 0 = a lane per
+            domain. Default: the source's ``shared_span_blocks`` (``data.mix_shared_span_blocks`` for a
+            corpus), else 0 (sources whose readers cannot be shared, e.g. SFT files).
     """
 
     def __init__(
@@ -191,6 +197,7 @@ class ChunkStream:
         seed: int = 0,
         mixture_for_chunk: MixtureForChunk | None = None,
         cursor: dict[str, Any] | None = None,
+        shared_span_blocks: int | None = None,
     ) -> None:
         self.source = source
         self.ledger = getattr(source, "ledger", None)
@@ -208,11 +215,17 @@ class ChunkStream:
                 )
         self.cursor = cursor
         self.stats = ChunkStreamStats()
+        self.shared_span_blocks = (int(getattr(source, "shared_span_blocks", 0)) if shared_span_blocks is None
+                                   else shared_span_blocks)
         self.lanes: dict[str | None, Lane] = {}
-        """The lanes being read: ``None`` (plain), or one per domain drawn so far (mixed)."""
+        """The lanes being read: ``None`` (plain), or the domains on lanes of their own (mixed)."""
+        self.domain_lanes: DomainLanes | None = None
+        """Mixed: every domain's stream (the shared reader and the lanes)."""
 
     def close(self) -> None:
         """Stop the lanes' Ray Data streams now (a stream that is dropped stops when it is collected)."""
+        if self.domain_lanes is not None:
+            self.domain_lanes.close()
         for lane in self.lanes.values():
             lane.close()
 
@@ -274,32 +287,32 @@ class ChunkStream:
         B, L = self.batch_size, self.chunk_len
         domains = list(self.source.domains)
         cursor = self.cursor or {"chunk_id": 0, "lanes": {}, "mixture": None}
-        lanes = self.lanes = {d: self._domain_lane(domains, d, state) for d, state in cursor["lanes"].items()}
-        for lane in lanes.values():
-            lane.prestart()
+        lanes = self.domain_lanes = DomainLanes(self.source, self.shuffle_buffer, self.seed, self.shared_span_blocks,
+                                                {"lanes": cursor["lanes"], "shared": cursor.get("shared")})
+        self.lanes = lanes.lanes
+        started: set[str] = set()
         chunk_id = int(cursor["chunk_id"])
         mixture: dict[str, float] | None = cursor["mixture"]
         while True:
             start = {"version": CURSOR_VERSION, "mode": "mixed", "chunk_id": chunk_id, "mixture": mixture,
-                     "lanes": {d: lane.state() for d, lane in lanes.items()}}
+                     **lanes.state()}
             field_name = f"mixture_for_chunk({chunk_id})"
             decided = mixture_for_chunk(chunk_id)
             if decided is not None:
                 mixture = validate_mixture(decided, domains, field_name)
             elif mixture is None:
                 raise ValueError(f"{field_name} gave no mixture and no earlier chunk had one")
-            for domain in [d for d in domains if mixture[d] > 0 and d not in lanes]:
-                lanes[domain] = self._domain_lane(domains, domain, None)
-                lanes[domain].prestart()  # start every lane of the mixture at once, not one by one
+            for domain in [d for d in domains if mixture[d] > 0 and d not in started]:
+                lanes.prestart(domain)  # start every lane of the mixture at once, not one by one
+                started.add(domain)
             seqs, epochs = [], []
             for domain in draw_domains(mixture, domains, B * L, self.seed, chunk_id):
-                lane = lanes[domain]
-                seq = lane.next()
+                seq = lanes.next(domain)
                 if seq is None:  # this domain ran out: its stream starts its next epoch
                     self.stats.domain_epochs[domain] = self.stats.domain_epochs.get(domain, 0) + 1
                     logger.info("domain %s: epoch %d done at chunk %d; its stream restarts", domain,
-                                lane.epoch - 1, chunk_id)
-                    seq = lane.next()
+                                lanes.epoch(domain) - 1, chunk_id)
+                    seq = lanes.next(domain)
                     if seq is None:
                         raise ValueError(
                             f"{field_name}: domain {domain!r} has weight {mixture[domain]} but the corpus "
@@ -307,14 +320,8 @@ class ChunkStream:
                         )
                 self.stats.domain_draws[domain] = self.stats.domain_draws.get(domain, 0) + 1
                 seqs.append(seq)
-                epochs.append(lane.epoch)
+                epochs.append(lanes.epoch(domain))
             batches = tuple(make_batch(seqs[i * B : (i + 1) * B], epochs[i * B : (i + 1) * B]) for i in range(L))
             yield Chunk(chunk_id=chunk_id, epoch=max(epochs), batches=batches, capacity=L, cursor=start,
                         mixture=dict(mixture))
             chunk_id += 1
-
-    def _domain_lane(self, domains: list[str], domain: str, state: dict[str, Any] | None) -> Lane:
-        if domain not in domains:
-            raise ValueError(f"data cursor holds a lane for unknown domain {domain!r}; known: {domains}")
-        return Lane(self.source, domain, self.shuffle_buffer, [self.seed, 1 + domains.index(domain)], state)
-

@@ -1,5 +1,6 @@
 """The chunk stream on the real Ray Data reader: plain output equals today's behaviour, cursors seek
-(nothing consumed is read again) and resume to identical chunks, per-domain lanes mix exactly once."""
+(nothing consumed is read again) and resume to identical chunks, mixed streams draw exactly once, the
+shared reader exactly what a lane per domain draws."""
 
 import gzip
 import json
@@ -164,3 +165,20 @@ def test_mixed_stream_per_domain_lanes_exactly_once_and_resume(ray_local, corpus
                                                                      for c in chunks[k:]]
     assert all(np.array_equal(g.input_ids, e.input_ids) for c, x in zip(resumed, chunks[k:], strict=True)
                for g, e in zip(c.batches, x.batches, strict=True))
+
+    # The shared reader (the default, above) draws exactly what a lane per domain draws (span 0), and so
+    # does one the mixture starves at once (span 1: Wikipedia, wanted at 0.5 against its natural ~5%,
+    # moves to a lane of its own from its next sequence), resumed from a cursor after the move too.
+    assert stream.domain_lanes.moved_to_lanes == []
+    for span in (0, 1):
+        other = ChunkStream(CorpusSource(shards, cfg, tok), B, L, shuffle_buffer=3, seed=2, mixture_for_chunk=mixture,
+                            shared_span_blocks=span)
+        again = take(other, len(chunks))
+        assert [[b.sample_ids for b in c.batches] for c in again] == [[b.sample_ids for b in c.batches] for c in chunks]
+        assert other.domain_lanes.moved_to_lanes[:1] == ([] if span == 0 else ["RedPajamaWikipedia"])
+    cursor = json.loads(json.dumps(again[k].cursor))
+    assert set(cursor["shared"]["skip"]) == set(DOMAINS) - set(other.domain_lanes.moved_to_lanes)
+    resumed = take(ChunkStream(CorpusSource(shards, cfg, tok), B, L, shuffle_buffer=3, seed=2, mixture_for_chunk=mixture,
+                               cursor=cursor, shared_span_blocks=1), len(chunks) - k)
+    assert [[b.sample_ids for b in c.batches] for c in resumed] == [[b.sample_ids for b in c.batches]
+                                                                     for c in chunks[k:]]
