@@ -124,6 +124,7 @@ class DomainLanes:
         self._epoch_end: dict[int, tuple[_Group, dict[str, int]]] = {}  # epoch -> its last group, pulls at its end
         self._group: _Group | None = None
         self._groups = 0
+        self._span_ok_at = -1  # the group at which the span was last found within bounds
         self._reader: Any = None
         self._next_reader: Any = None
         if self.shared:
@@ -211,7 +212,7 @@ class DomainLanes:
                 return s.queue.popleft() if s.queue[0].epoch == s.epoch else None
             if self._epoch > s.epoch:  # the shared reader is past this domain's epoch
                 return None
-            if len(self.shared) > 1 and self._span() > self.span_blocks:
+            if len(self.shared) > 1 and self._over_span():
                 self._move_to_lane(domain, s)
                 return _MOVED
             self._pull()
@@ -247,6 +248,18 @@ class DomainLanes:
             self._group = _Group(self._groups, self._epoch, read_group, dict(self._pulled))
             self._groups += 1
         return self._group
+
+    def _over_span(self) -> bool:
+        """Whether the queues reach back more than ``span_blocks``. Within one group the span only
+        shrinks (sequences leave the queues; new ones are of this group), so one check per group that
+        finds it within bounds holds until the next group."""
+        number = self._current_group().number
+        if number == self._span_ok_at:
+            return False
+        if self._span() > self.span_blocks:
+            return True
+        self._span_ok_at = number
+        return False
 
     def _span(self) -> int:
         """Blocks between the oldest queued sequence and the shared reader's current block."""

@@ -1,5 +1,6 @@
 """``d3ray bench data --quick`` end to end (real Ray Data, a generated corpus): the JSON report holds
-the plain loop, the stream and the mixed stream, and the stream's tokens are the plain loop's."""
+the plain loop, the stream, the mixed stream (shared reader) and a lane per domain, and the stream's
+tokens are the plain loop's."""
 
 import argparse
 import json
@@ -25,7 +26,10 @@ def test_bench_data_quick_reports_ratios_and_the_same_tokens(tmp_path):
         # the stream drops at most the epoch's last incomplete batch of the plain loop's tokens
         assert 0 <= report["tokens_plain_loop"] - report[name]["tokens"] < B * T
         assert report[name]["ratio_to_plain"] > 0
-    assert report["mixed_1"]["chunks"] == report["stream_1"]["chunks"]  # as many chunks, drawn by domain
+    for name in ("mixed_1", "mixed_2", "lanes_1"):  # as many chunks, drawn by domain
+        assert report[name]["chunks"] == report["stream_1"]["chunks"]
+    assert report["mixed_1"]["moved_to_lanes"] == [] and report["mixed_1"]["queued_sequences_at_end"] >= 0
+    assert report["lanes_1"]["queued_sequences_at_end"] == 0  # a lane per domain: no shared queues
     assert len(report["mixture"]) == 2 and abs(sum(report["mixture"].values()) - 1) < 1e-9
     assert [r["fraction"] for r in report["resume"]] == [0.0, 0.5]
     assert report["resume"][1]["tokens_before"] > 0
