@@ -225,7 +225,8 @@ class ChunkStream:
     def close(self) -> None:
         """Stop the lanes' Ray Data streams now (a stream that is dropped stops when it is collected)."""
         if self.domain_lanes is not None:
-            self.domain_lanes.close()
+            self.domain_lanes.close()  # the shared reader and every lane
+            return
         for lane in self.lanes.values():
             lane.close()
 
