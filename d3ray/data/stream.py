@@ -15,9 +15,10 @@ restores the packer, packs from there and drops what was taken, so it yields exa
 the old one would have yielded next; it tokenizes again at most that one document. The :class:`ShuffleBuffer`'s state is its RNG state plus the sequences it holds
 (base64 tokens): ``shuffle_buffer`` x T x 4 bytes x 4/3 of JSON.
 
-**Per-domain lanes** (mixing) each read the whole corpus through their own Ray Data stream and
-keep only their domain's records (a byte probe skips the others' lines without parsing them), so a
-lane moves through the corpus at its own pace and seeks on its own. Records of no known domain are
+**Per-domain lanes** (mixing: the domains that the shared all-domain reader of
+:class:`~d3ray.data.domain_lanes.DomainLanes` does not serve) each read the whole corpus through their
+own Ray Data stream and keep only their domain's records (a byte probe skips the others' lines
+without parsing them), so a lane moves through the corpus at its own pace and seeks on its own. Records of no known domain are
 counted by the lane of ``cfg.domains[0]``. A lane reads and tokenizes in Ray tasks (no actors of its
 own), ``max(1, tokenize_actors // len(domains))`` at once, of ``tokenize_cpus / len(domains)`` CPUs
 each: all lanes together reserve what one plain stream's tokenizer actors do.
