@@ -62,8 +62,7 @@ class _Queued:
     seq: Any
     epoch: int
     group: _Group
-    k: int  # this sequence's index among its domain's sequences of the group
-    ordinal: int  # its domain's sequences pulled before it
+    ordinal: int  # its domain's sequences pulled before it (minus ``group.pulled_before``: its index in the group)
 
 
 class _SharedDomain:
@@ -234,13 +233,12 @@ class DomainLanes:
         domain = seq.domain
         ordinal = self._pulled[domain]
         self._pulled[domain] = ordinal + 1
-        k = ordinal - group.pulled_before[domain]
         if self._skip.get(domain, 0) > 0:  # taken before the cursor this stream resumed from
             self._skip[domain] -= 1
             return
         s = self.shared.get(domain)
         if s is not None:
-            s.queue.append(_Queued(seq, self._epoch, group, k, ordinal))
+            s.queue.append(_Queued(seq, self._epoch, group, ordinal))
 
     def _current_group(self) -> _Group:
         read_group = self._reader.group
@@ -273,7 +271,7 @@ class DomainLanes:
         if s.queue:
             head = s.queue[0]
             if head.epoch == s.epoch:
-                return head.group.read_group.state(domain, head.k)
+                return head.group.read_group.state(domain, head.ordinal - head.group.pulled_before[domain])
         elif self._epoch == s.epoch:
             return current.read_group.state(domain, self._pulled[domain] - current.pulled_before[domain])
         # The domain's epoch is all pulled (its shuffle may still hold some): the end of that epoch.
