@@ -97,9 +97,10 @@ class DataConfig:
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     """A line longer than this is a bad record (``oversized_record``), so no line is held whole."""
     tokenize_actors: int = 1
-    """Size of the Ray Data actor pool that tokenizes; 1: one task per shard reads and tokenizes (no actor)."""
+    """Tokenizer parallelism: shards read and tokenized at once, one Ray task each (no actor). With fewer
+    shards than this (one large shard), a pool of this many tokenizer actors shares out its blocks."""
     tokenize_cpus: float = 1.0
-    """CPUs reserved per tokenizer actor. Lower it (e.g. 0.5) when the trainers hold every CPU of a
+    """CPUs reserved per tokenizer task (or actor). Lower it (e.g. 0.5) when the trainers hold every CPU of a
     small box: the actors need free CPUs to start, or the stream waits for them."""
     tokenize_batch_size: int = 256
     """Documents per tokenizer call (and per block out of a read task)."""

@@ -1,27 +1,27 @@
-"""The training-data stream on Ray Data: read shards → tokenize (actor pool) → pack per domain.
+"""The training-data stream on Ray Data: read + tokenize tasks (or an actor pool) → pack per domain.
 
     shard descriptors (from_items, one block per shard; the first may start at a ShardPosition)
-      │  map_batches(read_shard_blocks)   streams one shard's lines; each line becomes a good or
-      │                                   a bad row (a bad line costs only itself); a per-domain
-      │                                   lane keeps only its domain's rows
-      ▼  rows: text, domain, shard, line, offset, frame_offset, frame_start, bad_reason, detail
-      │  map_batches(TokenizeBatch, ActorPoolStrategy(1..cfg.tokenize_actors)), or with one
-      │  tokenizer (and in a lane) read + tokenize in one task per shard (read_and_tokenize)
+      │  map_batches(read_and_tokenize, TaskPoolStrategy(cfg.tokenize_actors)): one task per shard
+      │  reads and tokenizes, ``tokenize_actors`` shards at once; with fewer shards than that,
+      │  map_batches(read_shard_blocks) tasks feed an ActorPoolStrategy(1..tokenize_actors) of
+      │  TokenizeBatch. Each line becomes a good or a bad row (a bad line costs only itself);
+      │  a per-domain lane keeps only its domain's rows
       ▼  rows: token_ids (list<int32>), domain, shard, line, positions, bad_reason, detail
     iter_token_blocks (consumer: e.g. the schedule coordinator actor)
       │  BadRecordLedger: count/log bad rows per block, stop above max_bad_fraction
       ▼  TokenBlock (good documents, columnar) + the position of the block's first row
     SequencePacker.feed_block (d3ray.data.stream) → per-domain (T,) sequences with stable ids
 
-With ``tokenize_actors >= 2``, reading runs in small Ray tasks (up to ``tokenize_actors + 1`` shards
-at once) and tokenizing in the actor pool, so that the actors share out the blocks of even a single
-shard (the text of a block crosses the object store once, in shared memory). With one (the default),
-and in every per-domain lane, one task per shard reads and tokenizes (:func:`read_and_tokenize`, its
-tokenizer cached per Ray worker process): a task reuses one of Ray's warm worker processes where an
+One task per shard reads and tokenizes (:func:`read_and_tokenize`, its tokenizer cached per Ray worker
+process), ``tokenize_actors`` shards at once: a task reuses one of Ray's warm worker processes where an
 actor starts a process of its own (seconds of imports), and no text crosses the object store. On 8
 copies of the shared train shard, in a warm Ray instance, the first block came after 1.5-1.7 s
-instead of 3.9-4.2 s, and the whole read ran at 668-710k tok/s instead of 646-660k; for the lanes of
-a mixed stream the actors were what made its start-up cost 4x the plain one's.
+instead of 3.9-4.2 s with one tokenizer actor, and the whole read ran at 668-710k tok/s instead of
+646-660k; with two, the first chunk came after 2.1-2.9 s instead of 6.5-7.0 s, at the same tok/s,
+and a mixed stream's first chunk after 4.0-4.2 s instead of 9.5-10.9 s. Only a corpus with fewer
+shards than ``tokenize_actors`` (one large shard) uses the actor pool: reading runs in small tasks
+(up to ``tokenize_actors + 1`` shards at once) and the actors share out the blocks of a single shard
+(the text of a block crosses the object store once, in shared memory).
 Ray Data's built-in ``read_json`` fails a whole read task (or drops a whole file with
 ``max_errored_blocks``) on one malformed line and loads a file whole per task (ray#46485), hence
 our own generator over :func:`~d3ray.data.records.iter_documents`. ``preserve_order`` makes the
@@ -148,8 +148,8 @@ _TOKENIZERS: dict[str, TokenizeBatch] = {}  # per Ray worker process, shared by 
 
 
 def read_and_tokenize(batch: dict[str, np.ndarray], tokenizer_dir: str, **read_kwargs: object) -> Iterator[pa.Table]:
-    """Ray Data UDF of a per-domain lane: :func:`read_shard_blocks` then :class:`TokenizeBatch` in one
-    task, with the tokenizer loaded once per worker process (a task, unlike an actor, starts no process)."""
+    """Ray Data UDF: :func:`read_shard_blocks` then :class:`TokenizeBatch` in one task, with the
+    tokenizer loaded once per worker process (a task, unlike an actor, starts no process)."""
     tokenize = _TOKENIZERS.get(tokenizer_dir)
     if tokenize is None:
         tokenize = _TOKENIZERS[tokenizer_dir] = TokenizeBatch(tokenizer_dir)
@@ -193,9 +193,10 @@ def document_dataset(
         tokenizer_dir: the tokenizer.
         start: where to start in the first shard (default: its first line).
         lane, unattributed_lane: keep only one domain's records (see :func:`iter_documents`).
-        tokenize_cpus: CPUs per tokenizer actor, or per read-and-tokenize task of a lane
-            (default ``cfg.tokenize_cpus``).
-        tokenize_actors: tokenizer actors, or a lane's concurrent tasks (default ``cfg.tokenize_actors``).
+        tokenize_cpus: CPUs per read-and-tokenize task, or per tokenizer actor (default
+            ``cfg.tokenize_cpus``).
+        tokenize_actors: shards read and tokenized at once (one task each), or, with fewer shards
+            than this (and not in a lane), the tokenizer actors (default ``cfg.tokenize_actors``).
     """
     import ray.data
 
@@ -220,7 +221,7 @@ def document_dataset(
         "unattributed_lane": unattributed_lane,
     }
     cpus = cfg.tokenize_cpus if tokenize_cpus is None else tokenize_cpus
-    if lane is not None or actors == 1:  # one task per shard reads and tokenizes; ``actors`` shards at once
+    if lane is not None or len(shards) >= actors:  # one task per shard reads and tokenizes; ``actors`` shards at once
         return ds.map_batches(
             read_and_tokenize,
             batch_size=1,

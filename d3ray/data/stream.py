@@ -23,7 +23,7 @@ counted by the lane of ``cfg.domains[0]``. A lane reads and tokenizes in Ray tas
 own), ``max(1, tokenize_actors // len(domains))`` at once, of ``tokenize_cpus / len(domains)`` CPUs
 each: all lanes together reserve what one plain stream's tokenizer actors do.
 
-**Epoch pre-start.** A Ray Data stream starts tokenizer actors and reads its first shard before
+**Epoch pre-start.** A Ray Data stream starts its tasks (or tokenizer actors) and reads its first shard before
 its first block arrives (seconds). When a reader reaches the last quarter of its shards (at least
 the last shard), its lane starts the next epoch's reader in a background thread, so that the epoch
 boundary costs no more than any block. The pre-started stream reads ahead until Ray Data's

@@ -1,4 +1,4 @@
-"""The Ray Data stream (read → tokenize actor pool → pack) on a generated corpus with bad records."""
+"""The Ray Data stream (read + tokenize tasks, or an actor pool → pack) on a generated corpus with bad records."""
 
 import json
 
@@ -14,7 +14,7 @@ from d3ray.data import (
     list_shards,
     write_sample_corpus,
 )
-from d3ray.data.pipeline import iter_packed_sequences
+from d3ray.data.pipeline import document_dataset, iter_packed_sequences
 from d3ray.data.tokenizer import train_tokenizer
 from tests.conftest import start_local_ray
 from tests.data_oracle import reference_sequences
@@ -75,3 +75,18 @@ def test_iter_packed_sequences_too_many_bad_records_stops_with_clear_error(ray_l
     with pytest.raises(BadRecordFractionError, match=r"worst file train/chunk1/example_train_9\.jsonl\.zst"):
         for _ in iter_packed_sequences(shards[-1:], strict, tok):
             pass
+
+
+@pytest.mark.parametrize(("n_shards", "stage"), [(1, "TokenizeBatch"), (3, "read_and_tokenize")])
+def test_two_tokenizers_share_one_shard_in_an_actor_pool_or_read_two_shards_at_once(ray_local, corpus, n_shards, stage):
+    """``tokenize_actors: 2``: one shard → read tasks feed two tokenizer actors; three shards → a
+    read-and-tokenize task per shard, two at once. Either way, the sequences of the pure reference."""
+    shards, cfg, tok = corpus
+    shards = shards[:n_shards]  # the generated shards (the bad one is listed last)
+    plan = str(document_dataset(shards, cfg, tok))
+    other = ({"TokenizeBatch", "read_and_tokenize"} - {stage}).pop()
+    assert stage in plan and other not in plan, plan
+    got = list(iter_packed_sequences(shards, cfg, tok))
+    expected = reference_sequences(shards, cfg, tok)
+    assert [s.sample_id for s in got] == [s.sample_id for s in expected]
+    np.testing.assert_array_equal(np.stack([s.tokens for s in got]), np.stack([s.tokens for s in expected]))
