@@ -101,7 +101,7 @@ class DataConfig:
     shards than this (one large shard), a pool of this many tokenizer actors shares out its blocks."""
     tokenize_cpus: float = 1.0
     """CPUs reserved per tokenizer task (or actor). Lower it (e.g. 0.5) when the trainers hold every CPU of a
-    small box: the actors need free CPUs to start, or the stream waits for them."""
+    small box: the tasks need free CPUs to start, or the stream waits for them."""
     tokenize_batch_size: int = 256
     """Documents per tokenizer call (and per block out of a read task)."""
     block_bytes: int = 2 * 1024 * 1024
