@@ -5,19 +5,19 @@ median over ``--reps`` alternating passes (the box is shared; alternating spread
 
     plain loop   read → decompress → parse (iter_documents) → the same tokenizer's encode_batch_fast
                  (ids as int32 arrays), one process on one core (TOKENIZERS_PARALLELISM=false). It runs
-                 as one Ray task so that it has the OS priority of the stream's actors (Ray runs its
+                 as one Ray task so that it has the OS priority of the stream's tasks (Ray runs its
                  workers at niceness 15; on a busy box a plain loop in the driver would get more CPU)
-    stream       ChunkStream over CorpusSource: Ray Data read + tokenize (1 and N actors) → block
+    stream       ChunkStream over CorpusSource: Ray Data read + tokenize (1 and N tokenizers) → block
                  packer → batches of B → chunks of L, one epoch; tokens = real (non-padding) tokens
     mixed        the same, drawing every sequence by domain at the corpus' natural token mixture (so
                  no domain cycles much more than the plain stream), through the shared reader
-                 (d3ray.data.domain_lanes; 1 and N actors)
+                 (d3ray.data.domain_lanes; 1 and N tokenizers)
                  (reported: the sequences its queues hold at the end, read but not drawn yet, and
                  the domains that moved to lanes of their own)
-    lanes_1      mixed with a lane per domain (``data.mix_shared_span_blocks=0``, 1 actor each): what
+    lanes_1      mixed with a lane per domain (``data.mix_shared_span_blocks=0``, 1 tokenizer task each): what
                  the shared reader saves
 
-    stream_ratio           stream tokens/s ÷ plain-loop tokens/s            (target >= 0.9, 1 actor);
+    stream_ratio           stream tokens/s ÷ plain-loop tokens/s            (target >= 0.9, 1 tokenizer);
                            a stream's tokens/s are those of its first ``WINDOW`` (70%) of the epoch's
                            chunks, before the next epoch's reader is pre-started: that reader reads
                            ahead on the same cores, which a plain pass would charge to the end of
@@ -70,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shard", default=str(SHARED_SHARD), help="the shard to copy --copies times")
     parser.add_argument("--copies", type=int, default=8)
     parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: train one in --work-dir)")
-    parser.add_argument("--actors", type=int, default=2, help="N, the larger tokenizer actor pool")
+    parser.add_argument("--actors", type=int, default=2, help="N, the larger number of tokenizers (data.tokenize_actors)")
     parser.add_argument("--reps", type=int, default=1, help="alternating passes per figure (median)")
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=8, help="B")
@@ -272,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
     from d3ray.data.stream import CorpusSource
     from d3ray.schedule.chunker import ChunkStream
 
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the plain loop and the actors: one core each
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the plain loop and each tokenizer: one core
     os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
     reps = 1 if args.quick else args.reps
     work = Path(args.work_dir).resolve()
@@ -372,9 +372,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name}: {report[name]['queued_sequences_at_end']:,} sequences read ahead into the shared reader's "
               f"queues at the end (not drawn yet: {report[name]['queued_sequences_at_end'] * args.seq_len:,} "
               f"tokens or fewer); domains moved to lanes: {report[name]['moved_to_lanes'] or 'none'}")
-    print("mixed cost: " + ", ".join(f"{n} actor(s) {report[f'mixed_cost_{n}']:+.1%} wall, "
+    print("mixed cost: " + ", ".join(f"{n} tokenizer(s) {report[f'mixed_cost_{n}']:+.1%} wall, "
                                      f"{report[f'mixed_cpu_cost_{n}']:+.1%} CPU" for n in (1, args.actors))
-          + f"; a lane per domain (1 actor) {report['lanes_cost_1']:+.1%} wall")
+          + f"; a lane per domain (1 tokenizer) {report['lanes_cost_1']:+.1%} wall")
     print("resume: " + ", ".join(f"{r['fraction']:.0%} ({r['tokens_before']:,} tok) {r['resume_sec']:.2f}s "
                                  f"[re-read {r['reread_to_reach_sec']:.1f}s]" for r in resume)
           + f" | cold start {cold:.2f}s (a fresh Ray instance's: {ray_cold:.2f}s)")
