@@ -13,8 +13,8 @@
     SequencePacker.feed_block (d3ray.data.stream) → per-domain (T,) sequences with stable ids
 
 One task per shard reads and tokenizes (:func:`read_and_tokenize`, its tokenizer cached per Ray worker
-process), ``tokenize_actors`` shards at once: a task reuses one of Ray's warm worker processes where an
-actor starts a process of its own (seconds of imports), and no text crosses the object store. On 8
+process), ``tokenize_actors`` shards at once: a task runs in one of Ray's pooled worker processes where
+an actor starts a process of its own (seconds of imports), and no text crosses the object store. On 8
 copies of the shared train shard, in a warm Ray instance, the first block came after 1.5-1.7 s
 instead of 3.9-4.2 s with one tokenizer actor, and the whole read ran at 668-710k tok/s instead of
 646-660k; with two, the first chunk came after 2.1-2.9 s instead of 6.5-7.0 s, at the same tok/s,
@@ -221,7 +221,7 @@ def document_dataset(
         "unattributed_lane": unattributed_lane,
     }
     cpus = cfg.tokenize_cpus if tokenize_cpus is None else tokenize_cpus
-    if lane is not None or len(shards) >= actors:  # one task per shard reads and tokenizes; ``actors`` shards at once
+    if lane is not None or len(shards) >= actors:  # a read-and-tokenize task per shard, ``actors`` at once
         return ds.map_batches(
             read_and_tokenize,
             batch_size=1,

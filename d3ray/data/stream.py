@@ -21,7 +21,7 @@ own Ray Data stream and keep only their domain's records (a byte probe skips the
 without parsing them), so a lane moves through the corpus at its own pace and seeks on its own. Records of no known domain are
 counted by the lane of ``cfg.domains[0]``. A lane reads and tokenizes in Ray tasks (no actors of its
 own), ``max(1, tokenize_actors // len(domains))`` at once, of ``tokenize_cpus / len(domains)`` CPUs
-each: all lanes together reserve what one plain stream's tokenizer actors do.
+each: all lanes together reserve what one plain stream's tokenizer tasks do.
 
 **Epoch pre-start.** A Ray Data stream starts its tasks (or tokenizer actors) and reads its first shard before
 its first block arrives (seconds). When a reader reaches the last quarter of its shards (at least
