@@ -42,21 +42,25 @@ def test_loss_weights_temperature_flattens_and_equal_losses_weigh_equally() -> N
 
 
 def test_weighted_step_loss_equals_the_hand_computed_weighted_loss() -> None:
-    # Every logit 0 except the target's, 1: each scored token costs -log(e / (e + 3)) with V = 4.
+    # Row 0: every logit 0 except the target's, 1: each scored token costs a = -log(e / (e + 3)) (V = 4).
+    # Row 1: every logit 0: each scored token costs b = log 4. Unequal losses, so that a weighting that
+    # is ignored, or applied to the wrong row, gives another number.
     ids = torch.tensor([[0, 1, 2, 3], [3, 2, 1, 0]])
     logits = torch.zeros(2, 4, 4)
-    for b in range(2):
-        for t in range(3):
-            logits[b, t, ids[b, t + 1]] = 1.0
+    for t in range(3):
+        logits[0, t, ids[0, t + 1]] = 1.0
     labels = ids.clone()
-    labels[1, 2:] = -100  # row 1 scores only its first target
+    labels[1, 3:] = -100  # row 1 scores only its first two targets
     sums, counts = sequence_losses(logits, labels)
-    ce = -math.log(E / (E + 3))
-    np.testing.assert_allclose(sums.numpy(), [3 * ce, 1 * ce], rtol=1e-6)
-    np.testing.assert_allclose(counts.numpy(), [3, 1])
-    assert float(step_loss(sums, counts)) == pytest.approx(4 * ce / 4, rel=1e-6)  # token mean, as HF
+    a, b = -math.log(E / (E + 3)), math.log(4)
+    np.testing.assert_allclose(sums.numpy(), [3 * a, 2 * b], rtol=1e-6)
+    np.testing.assert_allclose(counts.numpy(), [3, 2])
+    assert float(step_loss(sums, counts)) == pytest.approx((3 * a + 2 * b) / 5, rel=1e-6)  # token mean, as HF
     weights = torch.tensor([0.5, 1.5])
-    assert float(step_loss(sums, counts, weights)) == pytest.approx((0.5 * ce + 1.5 * ce) / 2, rel=1e-6)
+    weighted = (0.5 * a + 1.5 * b) / 2  # the mean over rows of weight x the row's token-mean loss
+    assert float(step_loss(sums, counts, weights)) == pytest.approx(weighted, rel=1e-6)
+    assert float(step_loss(sums, counts, torch.tensor([1.5, 0.5]))) == pytest.approx((1.5 * a + 0.5 * b) / 2, rel=1e-6)
+    assert float(step_loss(sums, counts, torch.tensor([0.0, 2.0]))) == pytest.approx(b, rel=1e-6)  # row 0 dropped
 
 
 def test_curriculum_groups_sort_by_difficulty_in_both_directions_ties_in_stream_order() -> None:
