@@ -44,7 +44,13 @@ class TrainConfig:
     eval_every: int = 60
     """Validation every this many steps (and always at the end); 0 = only at the end."""
     checkpoint_every_chunks: int = 1
-    """Report a checkpoint every this many chunks (each report costs ~0.2-2 s in Ray Train)."""
+    """Report a checkpoint every this many chunks (each report costs ~0.2-2 s in Ray Train, and a
+    synchronous save of the DeepSpeed state: ~1.7 GB at GPT-2 124M). A resumed run restarts from the
+    last checkpoint written and trains the chunks after it again (exactly once in the final model)."""
+    checkpoint_every_sec: float = 0.0
+    """Also (or, with ``checkpoint_every_chunks`` set high, only) checkpoint at the end of the first chunk
+    that finishes this many seconds after the previous checkpoint (rank 0's clock, shared with every
+    rank); 0 = no time-based checkpoints. The end of the run is always checkpointed."""
     keep_checkpoints: int = 2
     """Checkpoints kept by Ray Train."""
     max_failures: int = 0
@@ -59,14 +65,27 @@ class TrainConfig:
         if self.global_batch_size % per_step:
             raise ValueError(
                 f"train.global_batch_size={self.global_batch_size} must be a multiple of "
-                f"num_workers*micro_batch_size={per_step}"
+                f"train.num_workers*train.micro_batch_size={per_step}: lower train.micro_batch_size "
+                f"or raise train.global_batch_size"
             )
+        if self.num_workers > 1 and 0 < self.gpus_per_worker <= 0.5:
+            raise ValueError(
+                f"train.gpus_per_worker={self.gpus_per_worker} with train.num_workers={self.num_workers} puts two "
+                f"ranks on one GPU (NCCL refuses a duplicate GPU): set train.gpus_per_worker above 0.5 (1, or 0.75 "
+                f"to leave 0.25 to an influence actor) or train.num_workers=1"
+            )
+        if self.gpus_per_worker > 1 and self.gpus_per_worker != int(self.gpus_per_worker):
+            raise ValueError(f"train.gpus_per_worker={self.gpus_per_worker}: above 1 Ray takes whole GPUs only "
+                             f"(set train.gpus_per_worker={int(self.gpus_per_worker)} or "
+                             f"{int(self.gpus_per_worker) + 1})")
         if self.zero_stage not in (0, 1, 2, 3):
             raise ValueError(f"train.zero_stage={self.zero_stage} must be 0, 1, 2 or 3")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"train.min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
         if self.checkpoint_every_chunks < 1:
             raise ValueError(f"train.checkpoint_every_chunks={self.checkpoint_every_chunks} must be >= 1")
+        if self.checkpoint_every_sec < 0:
+            raise ValueError(f"train.checkpoint_every_sec={self.checkpoint_every_sec} must be >= 0 (0 = off)")
 
     @property
     def grad_accum_steps(self) -> int:

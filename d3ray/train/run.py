@@ -25,6 +25,7 @@ from d3ray.config import RunConfig
 from d3ray.config_loading import to_dict
 from d3ray.errors import UserError
 from d3ray.run_files import log_to_file, read_jsonl, stop_logging_to_file
+from d3ray.train.preflight import check_cluster, check_environment
 from d3ray.train.prepare import load_eval_sets, prepare_data, prepare_eval_tasks
 
 logger = logging.getLogger(__name__)
@@ -64,7 +65,8 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
     print(f"run {cfg.name}: {cfg.schedule.type_name} schedule, {cfg.train.steps} steps, in {run_dir} "
           f"(config.yaml, metrics.csv, logs/)", flush=True)
     logger.info("config:\n%s", yaml.safe_dump(to_dict(cfg), sort_keys=False))
-    # Data first: a wrong path or a bad corpus is reported before Ray starts.
+    # Data first: a wrong path, a missing filesystem or a bad corpus is reported before Ray starts.
+    check_environment(cfg)
     prepared = prepare_data(cfg)
     model_config = model_config_dict(cfg.model, prepared.vocab_size, prepared.data.seq_len, prepared.eos_id)
     eval_sets = load_eval_sets(cfg, prepared)
@@ -84,6 +86,7 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
     owns_ray = start_ray(cfg.ray, env)
     scheduler = None
     try:
+        check_cluster(cfg, fixed=owns_ray and cfg.ray.address in (None, "local"))
         if needs.mixture:  # DoReMi's reference model, RegMix's proxy runs: short runs of their own, first
             schedule.before_run(pre_run_context(cfg, prepared, list(mix_domains or [])))
         eval_ref = [ray.put(eval_sets)] if eval_sets else []
