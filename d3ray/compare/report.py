@@ -21,7 +21,7 @@ from typing import Any
 
 from d3ray.compare.grid import RunOutcome
 from d3ray.compare.plan import EQUAL_TOKEN_KEYS, ComparePlan
-from d3ray.compare.stats import BETTER, FEW, TIE, WORSE, lower_is_better
+from d3ray.compare.stats import BETTER, FEW, TIE, WORSE, PairedComparison, lower_is_better
 from d3ray.compare.table import (
     EQUAL_COMPUTE,
     RUN_FIGURES,
@@ -98,6 +98,11 @@ def _p(p: float) -> str:
     return "n/a" if not math.isfinite(p) else ("< 0.001" if p < 0.001 else f"{p:.3f}")
 
 
+def _p_holm(c: PairedComparison) -> str:
+    """The p-value, and its Holm adjustment when the metric had several comparisons."""
+    return _p(c.p_value) + (f", Holm {_p(c.p_holm)} over {c.family}" if c.family > 1 else "")
+
+
 def sentence(result: ArmResult, base: str, base_mean: float, confidence: float = 0.95) -> str:
     """One plain sentence: the arm against ``base`` on the result's metric."""
     c = result.vs_baseline
@@ -107,7 +112,7 @@ def sentence(result: ArmResult, base: str, base_mean: float, confidence: float =
     if result.metric.removesuffix(EQUAL_COMPUTE).endswith("loss") and math.isfinite(c.mean_diff):
         ppl = f" (perplexity {_pct(math.exp(c.mean_diff) - 1)})"  # e^loss: the paper's relative perplexity
     detail = (f"{result.summary.format()} vs {_fmt(base_mean)}: {_pct(c.rel_change)}{ppl}, paired Δ {_fmt(c.mean_diff)} "
-              f"({int(100 * confidence)}% CI [{_fmt(c.ci_low)}, {_fmt(c.ci_high)}], p {_p(c.p_value)}, "
+              f"({int(100 * confidence)}% CI [{_fmt(c.ci_low)}, {_fmt(c.ci_high)}], p {_p_holm(c)}, "
               f"{better_word} in {c.wins}/{c.n} seeds")
     if math.isfinite(result.eval_se):
         detail += f"; eval SE {_fmt(result.eval_se)}"
@@ -129,7 +134,8 @@ def results_markdown(plan: ComparePlan, records: list[RunRecord], results: dict[
               f"= {t.steps * t.global_batch_size * seq:,} training tokens (equal for every arm: "
               f"{', '.join(EQUAL_TOKEN_KEYS)}). Baseline arm: **{base}**; paired by seed, "
               f"{int(100 * cfg.confidence)}% Student-t intervals of the per-seed difference, two-sided paired t-test "
-              "(`d3ray/compare/stats.py`). Methods (D3 arms) vs baselines: "
+              "(`d3ray/compare/stats.py`); with several arms, Holm-adjusted p-values over the arms, and a "
+              "better / worse verdict only where the adjusted p stays within the level. Methods (D3 arms) vs baselines: "
               + ", ".join(f"{a} ({'method' if plan.methods[a] else 'baseline'})" for a in plan.arms) + ".", ""]
     tokens = sorted({int(r.metrics["tokens"]) for r in records if "tokens" in r.metrics})
     if tokens:
@@ -223,7 +229,7 @@ def _full_table(metric: str, rows: list[ArmResult], base: str, records: list[Run
         if c is None:
             cells = ["(baseline)", "", "", "", "", ""]
         else:
-            cells = [_fmt(c.mean_diff), _pct(c.rel_change), f"[{_fmt(c.ci_low)}, {_fmt(c.ci_high)}]", _p(c.p_value),
+            cells = [_fmt(c.mean_diff), _pct(c.rel_change), f"[{_fmt(c.ci_low)}, {_fmt(c.ci_high)}]", _p_holm(c),
                      f"{c.wins}/{c.n}", c.verdict]
         lines.append(f"| {r.arm} | {kind} | {r.summary.n} | {r.summary.format()} | {_fmt(r.eval_se)} | "
                      + " | ".join(cells) + " |")
@@ -241,7 +247,7 @@ def _compact(r: ArmResult) -> str:
     c = r.vs_baseline
     if c is not None and c.n:
         mark = {BETTER: "better", WORSE: "worse", TIE: "≈", FEW: "?"}[c.verdict]
-        text += f" ({_pct(c.rel_change)}, p {_p(c.p_value)}, {mark})"
+        text += f" ({_pct(c.rel_change)}, p {_p_holm(c)}, {mark})"
     return text + (" ★" if r.arm == r.best_baseline else "")
 
 
@@ -266,7 +272,7 @@ def _compute_table(records: list[RunRecord], arms: list[str], base: str) -> list
 
 
 CSV_FIELDS = ["metric", "arm", "kind", "best_baseline", "n", "mean", "std", "eval_se", "diff_vs_baseline",
-              "rel_change_pct", "ci_low", "ci_high", "boot_low", "boot_high", "p_value", "wins", "verdict",
+              "rel_change_pct", "ci_low", "ci_high", "boot_low", "boot_high", "p_value", "p_holm", "wins", "verdict",
               "diff_vs_best_baseline", "p_vs_best_baseline", "verdict_vs_best_baseline"]
 
 
@@ -283,7 +289,8 @@ def results_csv(results: dict[str, list[ArmResult]]) -> str:
                 "std": r.summary.std, "eval_se": r.eval_se,
                 "diff_vs_baseline": c and c.mean_diff, "rel_change_pct": c and 100 * c.rel_change,
                 "ci_low": c and c.ci_low, "ci_high": c and c.ci_high, "boot_low": c and c.boot_low,
-                "boot_high": c and c.boot_high, "p_value": c and c.p_value, "wins": c and c.wins,
+                "boot_high": c and c.boot_high, "p_value": c and c.p_value, "p_holm": c and c.p_holm,
+                "wins": c and c.wins,
                 "verdict": c.verdict if c else "baseline",
                 "diff_vs_best_baseline": b and b.mean_diff, "p_vs_best_baseline": b and b.p_value,
                 "verdict_vs_best_baseline": b.verdict if b else ""}))

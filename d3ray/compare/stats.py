@@ -17,6 +17,12 @@ fewer than 2 pairs. With 3 seeds t_{0.975, 2} = 4.30: only a difference about 2.
 seed-to-seed spread is called. A percentile bootstrap interval (:func:`bootstrap_interval`) is
 given beside the t interval; with a handful of seeds it is too narrow (it cannot see beyond the
 values it has), so the verdict uses the t interval.
+
+Several arms against one baseline are several tests: at level α each, some "better" or "worse" among
+m arms is likely by chance alone. The p-values of a metric's comparisons are adjusted together by
+Holm's step-down rule (:func:`holm_adjusted`, which controls the chance of any false call at α
+without assuming independence), and a *better* / *worse* verdict stands only where the adjusted p is
+still ≤ α = 1 − c; otherwise it reads *no difference beyond seed noise* (:func:`holm_verdicts`).
 """
 
 from __future__ import annotations
@@ -73,6 +79,10 @@ class PairedComparison:
     """:data:`BETTER`, :data:`WORSE`, :data:`TIE` or :data:`FEW`."""
     boot_low: float = float("nan")
     boot_high: float = float("nan")
+    p_holm: float = float("nan")
+    """``p_value`` adjusted by Holm over the metric's comparisons (:func:`holm_verdicts`); NaN before."""
+    family: int = 1
+    """How many comparisons ``p_holm`` was adjusted over."""
 
 
 def paired_comparison(arm: Mapping[int, float], baseline: Mapping[int, float], lower_is_better: bool = True,
@@ -121,6 +131,41 @@ def verdict(ci_low: float, ci_high: float, lower_is_better: bool = True) -> str:
     if ci_low > 0:
         return WORSE if lower_is_better else BETTER
     return TIE
+
+
+def holm_adjusted(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the input order (NaN stays NaN and does not count in m).
+
+    With the m finite p-values sorted ascending, p_(1) ≤ … ≤ p_(m): adjusted p_(i) =
+    max_{j ≤ i} min(1, (m − j + 1) · p_(j)). Rejecting where the adjusted p ≤ α is Holm's rule:
+    reject p_(1), p_(2), … while p_(i) ≤ α / (m − i + 1), and stop at the first that is not.
+    """
+    finite = sorted((p, i) for i, p in enumerate(p_values) if _finite(p))
+    out = [float("nan")] * len(p_values)
+    m, running = len(finite), 0.0
+    for rank, (p, i) in enumerate(finite):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out
+
+
+def holm_verdicts(comparisons: Sequence[PairedComparison | None],
+                  confidence: float = 0.95) -> list[PairedComparison | None]:
+    """The comparisons of one metric with ``p_holm`` set; a better / worse verdict whose adjusted p
+    exceeds α = 1 − ``confidence`` becomes :data:`TIE`. ``None`` entries (the baseline) stay None."""
+    from dataclasses import replace
+
+    p = [c.p_value if c is not None and c.verdict != FEW else float("nan") for c in comparisons]
+    adjusted = holm_adjusted(p)
+    family = sum(_finite(x) for x in p)
+    out: list[PairedComparison | None] = []
+    for c, q in zip(comparisons, adjusted, strict=True):
+        if c is None:
+            out.append(None)
+            continue
+        called = c.verdict in (BETTER, WORSE) and _finite(q) and q > 1.0 - confidence
+        out.append(replace(c, p_holm=q, family=family, verdict=TIE if called else c.verdict))
+    return out
 
 
 def bootstrap_interval(diffs: Sequence[float], confidence: float = 0.95, resamples: int = 10_000,

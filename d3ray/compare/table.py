@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,14 @@ from d3ray.compare.compute import (
 )
 from d3ray.compare.grid import RunOutcome
 from d3ray.compare.plan import ComparePlan
-from d3ray.compare.stats import PairedComparison, Summary, lower_is_better, paired_comparison, summarize
+from d3ray.compare.stats import (
+    PairedComparison,
+    Summary,
+    holm_verdicts,
+    lower_is_better,
+    paired_comparison,
+    summarize,
+)
 from d3ray.config import RunConfig
 
 EQUAL_COMPUTE = "@equal_compute"
@@ -172,7 +179,10 @@ def compare_metric(metric: str, values: dict[str, dict[int, float]], se: dict[st
             vs_best = paired_comparison(values.get(arm, {}), values.get(best, {}), lower, confidence)
         out.append(ArmResult(metric, arm, bool(methods.get(arm)), summaries[arm],
                              sum(ses) / len(ses) if ses else float("nan"), vs, vs_best, best))
-    return out
+    # several arms are several tests: Holm over the metric's comparisons (each family on its own)
+    vs_all = holm_verdicts([r.vs_baseline for r in out], confidence)
+    vs_best_all = holm_verdicts([r.vs_best_baseline for r in out], confidence)
+    return [replace(r, vs_baseline=v, vs_best_baseline=b) for r, v, b in zip(out, vs_all, vs_best_all, strict=True)]
 
 
 def arm_ses(records: list[RunRecord], metric: str) -> dict[str, list[float]]:

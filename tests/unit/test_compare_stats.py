@@ -13,6 +13,8 @@ from d3ray.compare.stats import (
     TIE,
     WORSE,
     bootstrap_interval,
+    holm_adjusted,
+    holm_verdicts,
     lower_is_better,
     mean_of_independent_se,
     paired_comparison,
@@ -79,3 +81,41 @@ def test_mean_of_independent_se_and_metric_direction():
     assert math.isnan(mean_of_independent_se([0.03, float("nan")]))
     assert lower_is_better("eval/mean_loss") and lower_is_better("eval/RedPajamaC4/ppl")
     assert not lower_is_better("eval/sft:test:add:d2/exact_match") and not lower_is_better("eval/cloze:x/acc")
+
+
+def test_holm_adjusted_hand_computed_table_steps_down_and_keeps_nan():
+    # sorted: 0.005·4 = 0.02; 0.01·3 = 0.03; 0.03·2 = 0.06; 0.04·1 = 0.04 → max so far 0.06
+    adjusted = holm_adjusted([0.01, 0.04, 0.03, 0.005, float("nan")])
+    assert adjusted[:4] == pytest.approx([0.03, 0.06, 0.06, 0.02]) and math.isnan(adjusted[4])
+    assert holm_adjusted([0.3, 0.9]) == pytest.approx([0.6, 0.9])  # capped at 1, never below an earlier one
+    # at α = 0.05: reject 0.005 (≤ 0.05/4) and 0.01 (≤ 0.05/3), stop at 0.03 (> 0.05/2)
+    assert [q <= 0.05 for q in adjusted[:4]] == [True, False, False, True]
+
+
+def test_holm_verdicts_four_arms_keep_only_the_call_that_survives_the_adjustment():
+    arms = [ARM,  # p 0.00332
+            {0: 4.95, 1: 5.10, 2: 5.33},  # p 0.03709: better alone
+            {0: 4.90, 1: 5.15, 2: 5.30},  # p 0.03775: better alone
+            {0: 5.02, 1: 5.19, 2: 5.41}]  # p 0.52860
+    alone = [paired_comparison(a, BASELINE) for a in arms]
+    assert [c.verdict for c in alone] == [BETTER, BETTER, BETTER, TIE]
+    adjusted = holm_verdicts([None, *alone], confidence=0.95)  # None: the baseline's own row
+    assert adjusted[0] is None
+    # 0.00332·4 = 0.01327; 0.03709·3 = 0.11126; 0.03775·2 = 0.0755 → 0.11126; 0.5286
+    assert [c.p_holm for c in adjusted[1:]] == pytest.approx([0.01327, 0.11126, 0.11126, 0.52860], abs=2e-5)
+    assert [c.verdict for c in adjusted[1:]] == [BETTER, TIE, TIE, TIE]
+    assert {c.family for c in adjusted[1:]} == {4}
+    one = holm_verdicts([alone[1]])[0]  # a single comparison is not adjusted
+    assert one.verdict == BETTER and one.p_holm == pytest.approx(alone[1].p_value) and one.family == 1
+
+
+def test_compare_metric_several_arms_reports_holm_verdicts():
+    from d3ray.compare.table import compare_metric
+
+    values = {"random": BASELINE, "a": ARM, "b": {0: 4.95, 1: 5.10, 2: 5.33}, "c": {0: 5.02, 1: 5.19, 2: 5.41}}
+    rows = compare_metric("eval/mean_loss", values, {}, ["random", "a", "b", "c"], {}, "random", 0.95)
+    by = {r.arm: r.vs_baseline for r in rows}
+    assert by["random"] is None
+    # three comparisons: a 0.00332·3 = 0.00995 stays better; b 0.03709·2 = 0.0742 is no longer called
+    assert (by["a"].verdict, by["b"].verdict, by["c"].verdict) == (BETTER, TIE, TIE)
+    assert by["b"].p_holm == pytest.approx(0.07417, abs=2e-5) and by["b"].p_value == pytest.approx(0.03709, abs=2e-5)
