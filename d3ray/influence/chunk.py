@@ -27,6 +27,7 @@ import torch
 
 from d3ray.influence.config import InfluenceConfig
 from d3ray.influence.control_variate import EXTRA_COLUMNS, ControlVariate
+from d3ray.influence.drift import batch_potential, drift_direction, drift_residual
 from d3ray.influence.estimators.lookahead import lookahead_influence
 from d3ray.influence.influence import BatchSketches, LookaheadRows, Reference
 from d3ray.influence.optimizer import AdamWState, step_direction
@@ -139,7 +140,12 @@ def sketch_chunk(
     check_optimizer_state(config, optimizer, {n: tuple(p.shape) for n, p in params.items()})
     start = time.perf_counter()
     moments = _moments(config, optimizer, params)
-    deferred = config.control_variate and reference is None and shards is None
+    # drift estimator (potential.py): f_i = ⟨g_i, w⟩ exact, w built once here; the sketch carries u_i − w
+    potential = config.estimator.exact_potential and config.needs_optimizer_state
+    residual = config.estimator.sketches_residual or not potential
+    w = drift_direction(params, optimizer, moments) if potential else None
+    f = np.zeros(len(batch_ids), dtype=np.float64)
+    deferred = config.control_variate and reference is None and shards is None and residual
     cv = (
         ControlVariate(reference, sketch, next(iter(params.values())).device, next(iter(params.values())).dtype,
                        shards)
@@ -162,7 +168,14 @@ def sketch_chunk(
             excluded.append(bid)
             logger.warning("influence: batch %s has a non-finite loss or gradient; excluded", bid)
             continue
-        eta, vecs = batch_vectors(st, params, config, optimizer, moments, shards)
+        if potential:
+            f[r] = batch_potential(st.grad, w, shards)
+        if not residual:  # the potential alone: no step direction, no sketch
+            vecs = {"g": {n: t.unsqueeze(0) for n, t in st.grad.items()}}
+        else:
+            eta, vecs = batch_vectors(st, params, config, optimizer, moments, shards)
+            if potential:
+                vecs["u"] = drift_residual(vecs["u"], w)
         if return_means or deferred:
             for stat, named in vecs.items():
                 acc = sums.setdefault(stat, {})
@@ -170,6 +183,8 @@ def sketch_chunk(
                     acc[n] = acc[n] + t[0] if n in acc else t[0].clone()
         if deferred:
             pending[r] = vecs
+            continue
+        if not residual:
             continue
         t0 = time.perf_counter()
         rows[r] = sketch_rows(vecs, sketch, cv, config.control_variate, shards)
@@ -189,6 +204,10 @@ def sketch_chunk(
         sketch_sec += time.perf_counter() - t0
     width = sketch.dim({n: p.numel() for n, p in params.items()})
     width += EXTRA_COLUMNS if config.control_variate else 0
+    width = width if residual else 0  # potential only: rows of width 0, S is the potential alone
+    if potential and not np.any(f):
+        logger.warning("influence: the AdamW drift potential is zero for every batch (no momentum or weight "
+                       "decay yet?): S is the residual alone")
     dtype = next(iter(params.values())).dtype
     out_dtype = np.float64 if dtype == torch.float64 else np.float32
     # Without a curvature estimate Q and H are zero: not shipped (None), the merge takes them as zeros.
@@ -216,6 +235,7 @@ def sketch_chunk(
         estimator=config.estimator.describe(),
         sketch_id=f"{sketch_id}:{ref_id}",
         means=means if return_means else None,
+        potential=f if potential else None,
     )
 
 

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from d3ray.influence.potential import combine, potential_antisymmetric
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -113,6 +115,9 @@ class BatchSketches:
         means: full-dimension means of g, q, h over this share's finite batches (to build the next
             chunk's control-variate reference with :func:`~d3ray.influence.control_variate.mean_reference`);
             None unless asked for.
+        potential: (n,) float64 f_i = ⟨g_i, w⟩, the exact AdamW drift potential (``drift`` estimator;
+            potential.py), 0 for excluded batches; then U holds the residual rows P(u_i − w) (or has
+            width 0 when the residual is not sketched). None for every other estimator.
     """
 
     batch_ids: list[int]
@@ -127,6 +132,7 @@ class BatchSketches:
     U: np.ndarray | None = None
     sketch_id: str = ""
     means: Reference | None = None
+    potential: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -224,7 +230,8 @@ def influence_from_sketches(
         order: the chunk's batch ids; row/column t of A and S is batch order[t].
 
     Returns:
-        (A, S, excluded): (L, L) float64 each, and the excluded batch ids in chunk order.
+        (A, S, excluded): (L, L) float64 each, and the excluded batch ids in chunk order. With a
+            ``potential`` (``drift``), S = η·(f_j − f_i) + the sketched residual (potential.py, eq. P3).
 
     Raises:
         ValueError: a batch id is missing or duplicated, or parts disagree on estimator, step size,
@@ -235,7 +242,7 @@ def influence_from_sketches(
     first = parts[0]
 
     def signature(p: BatchSketches) -> tuple:
-        return p.sketch_id, p.estimator, p.G.shape[1], p.step_size, p.U is None, p.H is None
+        return p.sketch_id, p.estimator, p.G.shape[1], p.step_size, p.U is None, p.H is None, p.potential is None
 
     for p in parts[1:]:
         if signature(p) != signature(first):
@@ -267,6 +274,16 @@ def influence_from_sketches(
         if m is not None:
             m[bad] = 0.0
     A, S = influence_matrices(G, Q, H, first.step_size, U)
+    if first.potential is not None:  # the drift potential, exact (potential.py, eqs. P2-P3)
+        f = np.array([parts[where[b][0]].potential[where[b][1]] for b in order], dtype=np.float64)
+        bad |= ~np.isfinite(f)
+        f[bad] = 0.0
+        S = combine(potential_antisymmetric(f, first.step_size), S)
+        S[bad, :] = 0.0
+        S[:, bad] = 0.0
+        A = A - first.step_size * f[None, :]  # A[i, j] gains −η·f_j
+        A[bad, :] = 0.0
+        A[:, bad] = 0.0
     return A, S, [b for b, is_bad in zip(order, bad, strict=True) if is_bad]
 
 

@@ -3,6 +3,7 @@
 | name | second-order term | cost per batch |
 |---|---|---|
 | ``first_order`` | none | 1 backward |
+| ``drift`` | none; AdamW drift potential exact, residual sketched or dropped | 1 backward + 1 dot product |
 | ``fisher`` | per-example empirical Fisher diagonal | 1 + b per-example backwards (vmapped) |
 | ``gnb`` | Gauss-Newton-Bartlett diagonal (Sophia-G) | 1 + samples backwards |
 | ``hutchinson`` | Hutchinson diagonal (Sophia-H, the paper's) | 1 backward + probes HVPs |
@@ -12,6 +13,7 @@ Importing this package registers all of them (STYLE.md §4: explicit registratio
 """
 
 from d3ray.influence.estimators.base import EstimatorConfig
+from d3ray.influence.estimators.drift import DriftConfig
 from d3ray.influence.estimators.first_order import FirstOrderConfig
 from d3ray.influence.estimators.fisher import FisherConfig, fisher_diagonal
 from d3ray.influence.estimators.gnb import GnbConfig, gnb_samples
@@ -19,6 +21,7 @@ from d3ray.influence.estimators.hutchinson import HutchinsonConfig, hutchinson_s
 from d3ray.influence.estimators.lookahead import LookaheadConfig, lookahead_influence
 
 __all__ = [
+    "DriftConfig",
     "EstimatorConfig",
     "FirstOrderConfig",
     "FisherConfig",

@@ -39,6 +39,11 @@ class EstimatorConfig(ChoiceConfig):
     """True for the exact look-ahead: no sketches, rows split across workers, γ changes the order."""
     has_curvature: ClassVar[bool] = True
     """False when the estimator has no second-order term (then S ≡ 0 under the plain step)."""
+    exact_potential: ClassVar[bool] = False
+    """True when the AdamW drift potential f_i = ⟨g_i, w⟩ is computed exactly in full dimension and only
+    the residual is sketched (potential.py; ``drift``)."""
+    sketches_residual: ClassVar[bool] = True
+    """False when nothing is sketched (``drift`` with ``residual: none``: the potential alone)."""
 
     def statistics(
         self, objective: CrossEntropyObjective, params: Params, generator: torch.Generator
