@@ -15,7 +15,7 @@ from d3ray.schedule.chunker import ChunkStream
 from d3ray.schedule.config import ScheduleConfig
 from d3ray.schedule.mix.base import MixScheduler
 from d3ray.schedule.mix.doremi import DoremiMixer, doremi_update, excess_losses
-from d3ray.schedule.mix.odm import OdmMixer, chunk_rewards, exploration_rate, odm_policy
+from d3ray.schedule.mix.odm import OdmMixer, chunk_rewards, exploration_rate, odm_policy, odm_step
 from d3ray.schedule.mix.regmix import fit_and_choose, sample_mixtures
 from d3ray.schedule.mix.static import RandomMixer
 from d3ray.schedule.order.basic import RandomScheduler
@@ -91,6 +91,41 @@ def test_odm_exploration_floor_and_uniform_start():
     assert np.allclose(odm_policy(np.zeros(3), 0), 1 / 3)
 
 
+def test_odm_exploration_rate_at_hand_computed_steps_follows_the_papers_schedule():
+    # ε_t = min(1/K, sqrt(ln K / (K·t))), ln 7 = 1.945910: K = 7 stays at 1/7 through t = 13
+    # (ln 7 / 91 = 0.021384 > 1/49 = 0.020408) and leaves it at t = 14 (ln 7 / 98 = 0.019856).
+    assert exploration_rate(0, 7) == exploration_rate(13, 7) == 1 / 7
+    assert exploration_rate(14, 7) == pytest.approx(0.1409121, abs=1e-7)  # sqrt(1.945910 / 98)
+    assert exploration_rate(17, 7) == pytest.approx(0.1278757, abs=1e-7)  # sqrt(1.945910 / 119)
+    assert exploration_rate(8, 2) == pytest.approx(0.2081387, abs=1e-7)  # sqrt(0.693147 / 16)
+
+
+def test_odm_step_counts_the_training_steps_of_a_chunks_first_batch_after_the_warmup():
+    assert [odm_step(c, 8, 0) for c in range(3)] == [1, 9, 17]
+    assert [odm_step(c, 8, 2) for c in range(5)] == [0, 0, 1, 9, 17]  # warmup chunks: t = 0, uniform
+    mixer = OdmMixer(["a", "b"], alpha=0.9, warmup_chunks=1, reward_scale=1.0, batches_per_chunk=4)
+    assert mixer.record(3)["odm_t"] == 9 and mixer.record(3)["odm_epsilon"] == exploration_rate(9, 2)
+
+
+def test_odm_seven_domains_at_L_8_leave_uniform_at_the_third_chunk_with_one_chunks_feedback():
+    """K = 7 and L = 8, the shipped real-data config (200 steps): chunk 2 (steps 17 to 24, the first
+    10%) is drawn at the paper's t = 17 after the feedback of chunk 0 (staleness 1). Counting chunk
+    updates instead (t = 1), ε_t = 1/K and the mixture is exactly uniform, whatever the feedback."""
+    domains = [f"d{i}" for i in range(7)]
+    odm = MixScheduler(OdmMixer(domains, alpha=0.9, warmup_chunks=0, reward_scale=1.0, batches_per_chunk=8),
+                       RandomScheduler(0), "odm")
+    uniform = {d: pytest.approx(1 / 7, abs=1e-12) for d in domains}
+    assert odm.mixture(0) == uniform and odm.mixture(1) == uniform
+    # Chunk 0, drawn uniformly: 10 sequences of each domain, domain d_i at loss 6 + i, so r̂_i = 6 + i
+    # and R̂_i = 0.1·(6 + i). π_17(d_6) = (1 − 7·ε_17)·exp(ε_16·1.2) / Σ_j exp(ε_16·(0.6 + 0.1·j)) + ε_17
+    # = 0.1048703 · 0.1485677 + 0.1278757 = 0.1434560, with ε_16 = 0.1318112, ε_17 = 0.1278757.
+    odm.observe(feedback(0, {d: 6.0 + i for i, d in enumerate(domains)}, {d: 10 for d in domains}))
+    mixture = odm.mixture(2)
+    assert mixture["d6"] == pytest.approx(0.1434560, abs=1e-6)
+    assert [mixture[d] for d in domains] == sorted(mixture.values())  # the higher the loss, the more weight
+    assert sum(mixture.values()) == pytest.approx(1.0)
+
+
 def test_odm_importance_weighted_reward_is_unbiased_for_the_domain_loss():
     # 1/4 of the chunk from a (drawn with p = 0.25), 3/4 from b (p = 0.75): both rewards equal the loss.
     fb = feedback(0, {"a": 2.0, "b": 3.0}, {"a": 16, "b": 48})
@@ -100,7 +135,8 @@ def test_odm_importance_weighted_reward_is_unbiased_for_the_domain_loss():
 
 def test_odm_shifts_weight_to_the_domain_whose_loss_stays_high_away_from_the_one_falling_fastest():
     domains = ("a", "b", "c")
-    odm = MixScheduler(OdmMixer(list(domains), alpha=0.5, warmup_chunks=0, reward_scale=1.0), RandomScheduler(0), "odm")
+    odm = MixScheduler(OdmMixer(list(domains), alpha=0.5, warmup_chunks=0, reward_scale=1.0, batches_per_chunk=1),
+                       RandomScheduler(0), "odm")
     # a's loss falls fastest (6 → 1), b's slowly (6 → 4.5), c stays at 3: the reward is the loss (the paper),
     # so ODM moves towards what is still hard (b) and away from what was learned (a).
     stream = [{"a": 6.0 * 0.8 ** t + 1.0 * (1 - 0.8 ** t), "b": 6.0 - 0.05 * t, "c": 3.0} for t in range(30)]
@@ -145,7 +181,7 @@ def test_mix_scheduler_restored_from_its_state_decides_like_the_uninterrupted_on
     domains = ["a", "b"]
 
     def odm():
-        return MixScheduler(OdmMixer(domains, 0.9, 1, 1.0), RandomScheduler(0), "odm")
+        return MixScheduler(OdmMixer(domains, 0.9, 1, 1.0, batches_per_chunk=4), RandomScheduler(0), "odm")
 
     stream = [{"a": 5.0 - 0.1 * t, "b": 4.0} for t in range(12)]
     full = odm()

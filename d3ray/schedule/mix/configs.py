@@ -126,7 +126,8 @@ class OdmMixConfig(MixScheduleConfig):
     alpha: float = 0.9
     """Smoothing of the reward estimate: R̂ ← α·R̂ + (1 − α)·r̂ (the paper: 0.9)."""
     warmup_chunks: int = 0
-    """Chunks drawn uniformly before the bandit starts (their feedback is not used)."""
+    """Chunks drawn uniformly before the bandit starts (their feedback is not used); the exploration
+    schedule's t counts the training steps after them (``odm.py``)."""
     reward_scale: float = 1.0
     """Multiplies the reward (the loss); the authors' code divides it by 10."""
 
@@ -145,7 +146,7 @@ class OdmMixConfig(MixScheduleConfig):
     def build_mixer(self, ctx: BuildContext, domains: list[str]) -> Any:
         from d3ray.schedule.mix.odm import OdmMixer
 
-        return OdmMixer(domains, self.alpha, self.warmup_chunks, self.reward_scale)
+        return OdmMixer(domains, self.alpha, self.warmup_chunks, self.reward_scale, batches_per_chunk=self.L)
 
 
 @ScheduleConfig.register("doremi")
