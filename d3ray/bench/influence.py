@@ -90,6 +90,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--cost-batches", type=int, default=3, help="batches per timed worker call")
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch default)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where the influence workers and the timed training step run (cuda: the first GPU)")
     parser.add_argument(
         "--snapshot-dtype", action="store_true",
         help="instead of the estimator sweep: bfloat16 vs float32 weights snapshots of the same weights, "
@@ -109,6 +111,11 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--chunk must be <= 20 (exact solver), got {args.chunk}")
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        from d3ray.errors import UserError
+
+        raise UserError("--device cuda: torch sees no CUDA device here (torch.cuda.is_available() is False); "
+                        "use --device cpu")
     steps = [int(s) for s in args.train_steps.split(",") if s]
     corpus = load_corpus(args.data, args.workdir, args.vocab, args.seq_len, per_domain=2000)
     records: list[dict[str, Any]] = []
@@ -245,7 +252,7 @@ def bench_weights(model: str, cfg_dict: dict, snap, corpus, args, with_cost: boo
 
     t0 = time.perf_counter()
     ref_cfg = InfluenceConfig(
-        estimator=LookaheadConfig(), preconditioner="adam", dtype=args.reference_dtype, device="cpu"
+        estimator=LookaheadConfig(), preconditioner="adam", dtype=args.reference_dtype, device=args.device
     )
     look = InfluenceWorker(cfg_dict, ref_cfg)
     S_ref = [None] + [
@@ -268,7 +275,7 @@ def bench_weights(model: str, cfg_dict: dict, snap, corpus, args, with_cost: boo
                 continue
             base = InfluenceConfig(
                 sketch=SjltSketchConfig(k=args.k), gamma=args.gamma, sample_fraction=frac,
-                param_filter=pfilter, dtype="float32", device="cpu",
+                param_filter=pfilter, dtype="float32", device=args.device,
             )
             t0 = time.perf_counter()
             records += _bench_variants(model, cfg_dict, snap, parts, chunks, S_ref, base, todo, args)
@@ -388,7 +395,7 @@ def _cost_variants(records, model, cfg_dict, parts, batches, base, todo, args) -
             configs[(_label(est, n), pre)] = replace(base, estimator=_estimator_config(est, n), preconditioner=pre)
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-        timed = pool.submit(_cost_in_process, cfg_dict, parts, batches, configs, args.threads).result()
+        timed = pool.submit(_cost_in_process, cfg_dict, parts, batches, configs, args.threads, args.device).result()
     for rec in records:
         if rec["model"] != model or rec["sample_fraction"] != base.sample_fraction:
             continue
@@ -400,8 +407,9 @@ def _cost_variants(records, model, cfg_dict, parts, batches, base, todo, args) -
             rec["cost_estimator"] = key[0]
 
 
-def _cost_in_process(cfg_dict, parts, batches, configs, threads):
-    """In a fresh process: one training step's time, then each config's worker seconds per batch."""
+def _cost_in_process(cfg_dict, parts, batches, configs, threads, device="cpu"):
+    """In a fresh process: one training step's time, then each config's worker seconds per batch, both on
+    ``device`` (on CUDA each timing ends after a device synchronise)."""
     import torch
 
     from d3ray.influence.worker import InfluenceWorker
@@ -411,15 +419,23 @@ def _cost_in_process(cfg_dict, parts, batches, configs, threads):
         torch.set_num_threads(threads)
     net = build_model(cfg_dict, ModelConfig(attn_implementation="eager")).train()
     net.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in parts[0].items()}, strict=False)
+    net.to(device)
     opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+
+    def sync() -> None:
+        if device != "cpu":
+            torch.cuda.synchronize()
+
     steps = []
     for b in batches * 3:
-        x = torch.from_numpy(b)
+        x = torch.from_numpy(b).to(device)
+        sync()
         t0 = time.perf_counter()
         loss = net(input_ids=x, labels=x).loss
         opt.zero_grad()
         loss.backward()
         opt.step()
+        sync()
         steps.append(time.perf_counter() - t0)
     step_sec = float(np.min(steps))  # the least disturbed, as for the worker calls on a shared machine
     out = {}
@@ -431,6 +447,7 @@ def _cost_in_process(cfg_dict, parts, batches, configs, threads):
         for _ in range(2):
             t0 = time.perf_counter()
             worker.sketch_batches(parts, batches, ids)
+            sync()
             times.append((time.perf_counter() - t0) / len(batches))
         out[key] = (float(min(times)), step_sec)
     return out
