@@ -116,12 +116,14 @@ def test_odm_seven_domains_at_L_8_leave_uniform_at_the_third_chunk_with_one_chun
                        RandomScheduler(0), "odm")
     uniform = {d: pytest.approx(1 / 7, abs=1e-12) for d in domains}
     assert odm.mixture(0) == uniform and odm.mixture(1) == uniform
-    # Chunk 0, drawn uniformly: 10 sequences of each domain, domain d_i at loss 6 + i, so r̂_i = 6 + i
-    # and R̂_i = 0.1·(6 + i). π_17(d_6) = (1 − 7·ε_17)·exp(ε_16·1.2) / Σ_j exp(ε_16·(0.6 + 0.1·j)) + ε_17
-    # = 0.1048703 · 0.1485677 + 0.1278757 = 0.1434560, with ε_16 = 0.1318112, ε_17 = 0.1278757.
+    # Chunk 0, drawn uniformly: 10 sequences of each domain, domain d_i at loss 6 + i, so r̂_i = 6 + i and,
+    # smoothed over the chunk's 8 steps, R̂_i = (1 − 0.9^8)·(6 + i) = 0.5695328·(6 + i). With ε_16 = 0.1318112
+    # and ε_17 = 0.1278757: π_17(d_6) = (1 − 7·ε_17)·exp(ε_16·R̂_6) / Σ_j exp(ε_16·R̂_j) + ε_17
+    # = 0.1048703 · 0.1769403 + 0.1278757 = 0.1464315.
     odm.observe(feedback(0, {d: 6.0 + i for i, d in enumerate(domains)}, {d: 10 for d in domains}))
+    assert odm.mixer.rewards == pytest.approx([0.5695328 * (6 + i) for i in range(7)], abs=1e-6)
     mixture = odm.mixture(2)
-    assert mixture["d6"] == pytest.approx(0.1434560, abs=1e-6)
+    assert mixture["d6"] == pytest.approx(0.1464315, abs=1e-6)
     assert [mixture[d] for d in domains] == sorted(mixture.values())  # the higher the loss, the more weight
     assert sum(mixture.values()) == pytest.approx(1.0)
 

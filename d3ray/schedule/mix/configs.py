@@ -124,7 +124,8 @@ class OdmMixConfig(MixScheduleConfig):
              "(arXiv 2312.02406), Algorithm 1")
 
     alpha: float = 0.9
-    """Smoothing of the reward estimate: R̂ ← α·R̂ + (1 − α)·r̂ (the paper: 0.9)."""
+    """Smoothing of the reward estimate per training step, R̂ ← α·R̂ + (1 − α)·r̂ (the paper: 0.9); a chunk's
+    update applies it for each of its L steps (α^L)."""
     warmup_chunks: int = 0
     """Chunks drawn uniformly before the bandit starts (their feedback is not used); the exploration
     schedule's t counts the training steps after them (``odm.py``)."""

@@ -8,7 +8,7 @@ Albalak, Pan, Raffel & Wang 2023, "Efficient Online Data Mixing For Language Mod
     π_t(i)   = (1 − K·ε_t) · exp(ε_{t−1}·R̂_i) / Σ_j exp(ε_{t−1}·R̂_j) + ε_t       (EXP3 policy)
     R̂_i     ← α·R̂_i + (1 − α)·r̂_i,   r̂_i = importance-weighted reward of domain i    (smoothing α)
 
-The paper draws one domain per batch: r̂_i = L/π(i) for the drawn domain (its batch loss L) and 0 for
+The paper draws one domain per batch: r̂_i = ℓ/π(i) for the drawn domain (its batch loss ℓ) and 0 for
 the others. Here every chunk draws each of its n = B·L sequences' domain from π (d3ray/data/mixture.py),
 so a chunk is n such draws and the update uses their mean:
 
@@ -17,14 +17,20 @@ so a chunk is n such draws and the update uses their mean:
 which is unbiased for the expected loss of domain i (E[n_i / n] = π(i)), as the paper's estimator is,
 with the chunk's n draws averaged instead of one. R̂ is updated once per chunk with feedback after
 ``warmup_chunks``, from the trainers' per-sample losses (``observe``), so the stream of chunk c uses
-the feedback of the chunks before c − staleness (delayed feedback). The exploration schedule counts
-what the paper counts, training steps: chunk c is drawn with π_t at t = (c − warmup_chunks)·L + 1, the
-step of its first batch counted from the end of the warmup (``odm_step``), as DataFlex's ODM uses
-``step − warmup_steps``. (Counting chunk updates instead kept ε_t = 1/K, where π is exactly uniform
-whatever R̂ is, for the first K·ln K updates: 14 chunks, 112 steps, at K = 7 and L = 8.) At K = 7 and
-L = 8 the mixture can leave uniform from chunk 2 (t = 17, steps 17 to 24), once one chunk's feedback is in.
+the feedback of the chunks before c − staleness (delayed feedback).
 
-Departures: the reward update period is a chunk (the paper: every batch); DataFlex and the authors'
+Both schedules count what the paper counts, training steps (batches), not chunks:
+
+- t: chunk c is drawn with π_t at t = (c − warmup_chunks)·L + 1, the step of its first batch counted
+  from the end of the warmup (``odm_step``), as DataFlex's ODM uses ``step − warmup_steps``. Counting
+  chunk updates kept ε_t = 1/K, where π is exactly uniform whatever R̂ is, for the first K·ln K updates
+  (14 chunks, 112 steps, at K = 7 and L = 8); counting steps, the mixture can leave uniform from
+  chunk 2 (t = 17, steps 17 to 24) on, once one chunk's feedback is in.
+- α: a chunk's update is the paper's smoothing once per batch of the chunk, with the chunk's reward:
+  R̂_i ← α^L·R̂_i + (1 − α^L)·r̂_i. α = 0.9 keeps the paper's time constant of about 10 batches (once
+  per chunk, R̂ would reach half the loss level only after 7 chunks, 56 steps at L = 8).
+
+Departures: the rewards arrive once per chunk (the paper: every batch); DataFlex and the authors'
 code additionally divide the reward by 10 and accumulate it without smoothing; here the paper's
 α-smoothing is kept and the scale is ``reward_scale`` (1 = the loss itself). During ``warmup_chunks``
 the mixture is uniform and feedback is not used (DataFlex's warmup_steps).
@@ -118,7 +124,8 @@ class OdmMixer(MixerBase):
         if feedback.chunk_id < self.warmup_chunks:
             return
         r = chunk_rewards(self.domains, feedback.domains, feedback.losses, mixture, self.reward_scale)
-        self.rewards = self.alpha * self.rewards + (1.0 - self.alpha) * r
+        decay = self.alpha ** self.batches_per_chunk  # the paper's per-batch α, over the chunk's L batches
+        self.rewards = decay * self.rewards + (1.0 - decay) * r
         self.updates += 1
 
     def record(self, chunk_id: int) -> dict[str, Any]:
