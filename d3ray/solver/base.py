@@ -10,6 +10,9 @@ here, once, in :class:`SolverBase`:
 - an all-zero S returns ``init`` unchanged with ``flagged_zero=True`` (the first-order estimator gives
   S ≡ 0: ARCHITECTURE.md section 1);
 - the returned order is never worse than ``init``: a solver that cannot beat it returns it;
+- an S whose sort by its fitted potential (:mod:`~d3ray.solver.potential`) has cost 0 is solved by that
+  sort, without a search (certified optimal; ``stats["shortcut"] == "potential"``, ``exact`` True); with
+  a config's ``potential_tol`` > 0 (ils) also when the residual is within it (``exact`` False);
 - the result depends only on (S, init, seed, config), unless a wall-clock ``time_budget_s`` binds
   first (``stats["stopped_by"] == "time"``).
 """
@@ -25,6 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from d3ray.registry import ChoiceConfig
+from d3ray.solver.potential import potential_shortcut
 from d3ray.solver.problem import check_order, ordering_cost, validate_advantage
 
 logger = logging.getLogger(__name__)
@@ -112,7 +116,14 @@ class SolverBase:
             logger.warning("all-zero advantage S (K=%d): keeping the initial order", K)
             stats = {"solver": name, "stopped_by": "zero"}
             return SolveResult(init_order, 0.0, 0.0, time.perf_counter() - t0, stats, flagged_zero=True)
-        order, stats = self._search(S, init_order, initial_cost, int(seed), deadline)
+        shortcut = potential_shortcut(S, init_order, getattr(self.config, "potential_tol", 0.0))
+        if shortcut is not None:  # a (near) potential: the sort is the optimum, no search
+            order = shortcut.order
+            stats = {"shortcut": "potential", "exact": shortcut.exact, "residual_ratio": shortcut.residual_ratio}
+            logger.info("%s: K=%d solved by the potential sort (%s, residual/potential %.3g)", name, K,
+                        "certified optimal" if shortcut.exact else "within potential_tol", shortcut.residual_ratio)
+        else:
+            order, stats = self._search(S, init_order, initial_cost, int(seed), deadline)
         order = check_order(order, K)
         cost = ordering_cost(S, order)
         stats = {"solver": name, **stats}

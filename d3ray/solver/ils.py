@@ -244,6 +244,10 @@ class IlsConfig(SolverConfig):
     """Random insertion moves per kick."""
     perturb_reach: int = 15
     """Largest position shift of a kick move."""
+    potential_tol: float = 0.0
+    """Order by the fitted potential without a search when ‖residual‖_F ≤ potential_tol · ‖potential‖_F
+    (solver/potential.py; logged, ``stats["exact"]`` False). 0: only when the sort is certified optimal
+    (cost 0), which every solver does."""
 
     def __post_init__(self) -> None:
         check_budget("ils", self.time_budget_s, self.max_iters)
@@ -261,6 +265,8 @@ class IlsConfig(SolverConfig):
             raise ValueError(f"ils.restart_after must be >= 1, got {self.restart_after!r}")
         if self.perturb_moves < 1:
             raise ValueError(f"ils.perturb_moves must be >= 1, got {self.perturb_moves!r}")
+        if not self.potential_tol >= 0:
+            raise ValueError(f"ils.potential_tol must be >= 0, got {self.potential_tol!r}")
         if self.perturb_reach < 1:
             raise ValueError(f"ils.perturb_reach must be >= 1, got {self.perturb_reach!r}")
 
