@@ -4,7 +4,8 @@ The trainer writes ``metrics.jsonl``, ``samples.jsonl``, ``schedule_log.jsonl``
 (``d3ray.train.metrics.RunLogs``); plots, benchmarks, sweeps and tests read them. Each line is one
 JSON object; a missing file reads as no rows. Every Ray process of a run (trainers, coordinator,
 scheduler actors) logs into ``<run_dir>/logs/<role>.log`` and keeps the console for warnings.
-Directories that readers load whole (exports, tokenizers) are written with :func:`atomic_directory`.
+Directories that readers load whole (exports, tokenizers) are written with :func:`atomic_directory`,
+which never replaces a directory d3ray did not write (a user's model or data folder).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from d3ray.errors import UserError
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
@@ -74,17 +77,61 @@ def stop_logging_to_file(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_directory(out: Path) -> Iterator[Path]:
+def atomic_directory(out: Path, owned_marker: str) -> Iterator[Path]:
     """Write a directory all at once: yields a temporary sibling to fill, which replaces ``out`` when
-    the block ends without an error (a reader never sees a half-written directory); removed otherwise."""
+    the block ends without an error (a reader never sees a half-written directory); removed otherwise.
+
+    ``out`` is replaced only when it is missing, empty, or holds ``owned_marker`` (a file the writer
+    puts in every directory it writes, e.g. ``d3ray_export.json``): a directory d3ray did not write is
+    never removed. The check runs before the block, so nothing is computed for a refused target.
+
+    Raises:
+        UserError: ``out`` exists and is a file, or a non-empty directory without ``owned_marker``.
+    """
     out = Path(out)
+    refuse_foreign_directory(out, owned_marker)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         yield tmp
+        refuse_foreign_directory(out, owned_marker)  # still ours: nothing appeared there meanwhile
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
+
+
+def refuse_foreign_directory(out: Path, owned_marker: str, what: str = "") -> None:
+    """Raise a :class:`~d3ray.errors.UserError` unless ``out`` is missing, an empty directory, or a
+    directory holding ``owned_marker`` (one d3ray wrote). ``what`` names the field or option in the message."""
+    out = Path(out)
+    if not out.exists():
+        return
+    where = f"{what}={out}" if what else str(out)
+    if not out.is_dir():
+        raise UserError(f"{where}: a file, which d3ray will not overwrite; choose a new directory")
+    if any(out.iterdir()) and not (out / owned_marker).is_file():
+        raise UserError(f"{where}: a non-empty directory d3ray did not write (no {owned_marker}), which it will "
+                        "not replace; choose a new or empty directory, or remove this one yourself")
+
+
+def write_generated_file(path: Path, data: bytes) -> None:
+    """Write a generated file (the sample corpus, the skill suite) that the same arguments make
+    byte-identical: an existing file is replaced only when it holds exactly these bytes, so a folder
+    of the user's (``--out`` pointed at a real corpus with the same file names) is never overwritten.
+
+    Raises:
+        UserError: ``path`` exists with other content.
+    """
+    path = Path(path)
+    if path.exists():
+        if path.is_file() and path.read_bytes() == data:
+            return
+        raise UserError(f"{path}: exists and is not what d3ray would write there, so it is left as it is; "
+                        "write the generated data into a new or empty folder (--out)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)

@@ -325,3 +325,56 @@ class BadRecordLedger:
             shard, reason = key.split("\t", 1)
             kept = self.first_lines[(shard, reason)]
             kept[:] = sorted(set(kept) | set(lines))[: self.keep_lines]
+
+
+def check_records_sample(shards: Sequence[Shard], cfg: Any, field: str, per_shard: int = 64,
+                         max_shards: int = 8) -> None:
+    """Stop before any training when a sample of a corpus' records holds no usable record.
+
+    Reads the first ``per_shard`` records of up to ``max_shards`` shards spread over the listing (a
+    few milliseconds). A plain ``{"text": ...}`` corpus in ``mydata/train/`` gets the folder name
+    ``train`` as its domain, which is not among the default ``data.domains``: every record would be
+    bad, and a tokenizer trained on none of them. Some good records pass (the run's ledger then
+    enforces ``data.max_bad_fraction``).
+
+    Args:
+        shards: the listed shards of ``field``.
+        cfg: the :class:`~d3ray.data.config.DataConfig` (layout, domains, max_record_bytes).
+        field: the config field the shards come from, for the message (``data.train_paths``).
+
+    Raises:
+        UserError: no good record in the sample; the message names ``data.domains`` / ``data.layout``
+            and the domains seen when they are the cause, else the bad reasons and a first bad line.
+    """
+    if not shards:
+        return
+    n_used = min(len(shards), max_shards)
+    picked = [shards[(i * len(shards)) // n_used] for i in range(n_used)]
+    reasons: Counter[str] = Counter()
+    seen: Counter[str] = Counter()  # domains of unknown_domain records
+    first_bad: Document | None = None
+    for shard in picked:
+        for n, doc in enumerate(iter_documents(shard, cfg.layout, cfg.domains, cfg.max_record_bytes)):
+            if not doc.is_bad:
+                return
+            reasons[doc.bad_reason] += 1
+            first_bad = first_bad or doc
+            if doc.bad_reason == "unknown_domain":
+                seen[doc.domain or "(none)"] += 1
+            if n + 1 >= per_shard:
+                break
+    total = sum(reasons.values())
+    if not total:
+        raise UserError(f"{field}: the {n_used} files sampled hold no record (only blank lines); check the paths")
+    where = f"the first {total} records of {n_used} file(s) of {field}"
+    if reasons["unknown_domain"] == total:
+        domains = sorted(seen)
+        raise UserError(
+            f"data.domains: {where} are all of unknown domains {domains[:8]} (known: {list(cfg.domains)[:8]}); "
+            f"set --data.domains='[{', '.join(domains[:8])}]' (with data.layout={cfg.layout}, a record without "
+            f"meta.redpajama_set_name takes its folder's name as its domain), or lay out one folder per domain")
+    assert first_bad is not None
+    raise UserError(
+        f"{field}: none of {where} is usable (by reason {dict(sorted(reasons.items()))}; first {first_bad.shard} "
+        f"line {first_bad.line}: {first_bad.bad_reason}, {first_bad.detail}); fix the records, or check "
+        f"data.layout / data.domains (`d3ray data inspect` counts every bad record by reason)")

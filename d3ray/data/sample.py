@@ -19,6 +19,7 @@ from pathlib import Path
 import zstandard
 
 from d3ray.data.config import DEFAULT_DOMAINS
+from d3ray.run_files import write_generated_file
 
 logger = logging.getLogger(__name__)
 
@@ -139,9 +140,7 @@ def _records(rng: random.Random, n_docs: int) -> list[dict]:
 
 def _write_shard(path: Path, records: list[dict]) -> None:
     data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode("utf-8")
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(zstandard.ZstdCompressor(level=3).compress(data))
-    tmp.replace(path)
+    write_generated_file(path, zstandard.ZstdCompressor(level=3).compress(data))  # never over a user's file
 
 
 def write_sample_corpus(
@@ -156,7 +155,8 @@ def write_sample_corpus(
 
     Layout: ``train/chunk1/example_train_{i}.jsonl.zst`` (``train_shards`` files) and
     ``validation/chunk1/example_holdout_{i}.jsonl.zst``; documents are dealt to shards round-robin.
-    The same arguments give byte-identical files; existing files of the same names are replaced.
+    The same arguments give byte-identical files; an existing file of the same name is left
+    as it is when it holds those bytes, and otherwise refused (``UserError``), never overwritten.
     """
     if train_docs < 7 or validation_docs < 7:
         raise ValueError(

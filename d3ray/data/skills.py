@@ -35,6 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from d3ray.run_files import write_generated_file
+
 PREREQUISITES: dict[str, tuple[str, ...]] = {
     "copy": (),
     "add1": ("copy",),
@@ -239,7 +241,8 @@ def write_sft_suite(
     """Write ``train/<skill>.jsonl``, ``test/<skill>.jsonl`` and ``manifest.json`` under ``out_dir``.
 
     Each line is ``{"prompt", "response", "task", "difficulty"}``; the same arguments give
-    byte-identical files. Returns ``out_dir``.
+    byte-identical files; an existing file of the same name with other content is refused
+    (``UserError``), never overwritten. Returns ``out_dir``.
     """
     out = Path(out_dir)
     suite = generate_suite(seed, train_per_skill, test_per_skill)
@@ -248,7 +251,7 @@ def write_sft_suite(
         (out / split).mkdir(parents=True, exist_ok=True)
         for skill in SKILLS:
             mine = [r for r in records if r.task == skill]
-            (out / split / f"{skill}.jsonl").write_text("".join(r.to_json() + "\n" for r in mine))
+            write_generated_file(out / split / f"{skill}.jsonl", "".join(r.to_json() + "\n" for r in mine).encode())
             per_level = {str(d): sum(r.difficulty == d for r in mine) for d in DIFFICULTIES[skill]}
             counts.setdefault(split, {})[skill] = per_level
     manifest = {
@@ -259,7 +262,7 @@ def write_sft_suite(
         "difficulties": {k: list(v) for k, v in DIFFICULTIES.items()},
         "counts": counts,
     }
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    write_generated_file(out / "manifest.json", (json.dumps(manifest, indent=2) + "\n").encode())
     return out
 
 

@@ -1,5 +1,7 @@
 """``d3ray eval MODEL_OR_CHECKPOINT --tasks KIND=FILE[,KIND=FILE...] --out results.json``.
 
+MODEL_OR_CHECKPOINT may be a run directory (``runs/<name>``): its newest checkpoint is evaluated, and named.
+
 The task files are read and validated here, in the driver, before any model is loaded, so a bad
 file fails at once with its file, line and field. The evaluation itself runs in this process, or
 with ``--ray`` as one Ray task (on a cluster: wherever ``--cpus``/``--gpus`` fit); a failure
@@ -25,7 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "({context, continuation} JSONL), choice ({context, choices, label} JSONL), sft (SFT JSONL: "
         "exact match by greedy generation). Nothing is downloaded.",
     )
-    parser.add_argument("model", metavar="MODEL_OR_CHECKPOINT", help="checkpoint dir, HF model dir or adapter dir")
+    parser.add_argument("model", metavar="MODEL_OR_CHECKPOINT",
+                        help="checkpoint dir, run dir (its newest checkpoint), HF model dir or adapter dir")
     parser.add_argument("--tasks", required=True, help="KIND=FILE[,KIND=FILE...], e.g. cloze=lambada.jsonl")
     parser.add_argument("--out", default=None, help="write the results JSON here")
     parser.add_argument("--batch-size", type=int, default=64, help="lm-eval requests per forward (default 64)")
@@ -41,21 +44,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from d3ray.eval.harness import prepare_tasks
+    from d3ray.export.load import resolve_model_source
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is fetched: every input is a local file
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     logging.getLogger("lm_eval").setLevel(logging.ERROR)  # per-task notices about defaults we set
-    tokenizer = _tokenizer_of(args.model)
+    model = str(resolve_model_source(args.model))
+    if Path(model) != Path(args.model):
+        print(f"{args.model}: evaluating its newest checkpoint {model}", flush=True)
+    tokenizer = _tokenizer_of(model)
     prepared = prepare_tasks(args.tasks, tokenizer, args.max_docs_per_domain)
     if args.ray:
         import ray
 
         remote = ray.remote(evaluate_model_path).options(num_cpus=args.cpus, num_gpus=args.gpus)
-        report = ray.get(remote.remote(args.model, prepared, args.batch_size, args.limit, args.threads))
+        report = ray.get(remote.remote(model, prepared, args.batch_size, args.limit, args.threads))
     else:
-        report = evaluate_model_path(args.model, prepared, args.batch_size, args.limit, args.threads)
-    result = {"model": str(args.model), "tasks": args.tasks, **report}
+        report = evaluate_model_path(model, prepared, args.batch_size, args.limit, args.threads)
+    result = {"model": model, "tasks": args.tasks, **report}
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

@@ -11,6 +11,7 @@ from d3ray.export.load import (
     load_checkpoint_model,
     load_model,
     model_source_kind,
+    resolve_model_source,
 )
 from d3ray.export.write import LORA_MODES, export_model
 
@@ -22,4 +23,5 @@ __all__ = [
     "load_checkpoint_model",
     "load_model",
     "model_source_kind",
+    "resolve_model_source",
 ]

@@ -1,8 +1,11 @@
-"""``d3ray export CHECKPOINT --out DIR [--lora merged|adapter]``: a Hugging Face model directory."""
+"""``d3ray export CHECKPOINT --out DIR [--lora merged|adapter]``: a Hugging Face model directory.
+
+CHECKPOINT may be a run directory (``runs/<name>``): its newest checkpoint is exported, and named."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -13,8 +16,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "adapter dir or a local Hugging Face model dir as a Hugging Face model directory that "
         "transformers.AutoModelForCausalLM.from_pretrained loads.",
     )
-    parser.add_argument("checkpoint", metavar="CHECKPOINT", help="d3ray checkpoint dir (runs/<name>/checkpoint_*)")
-    parser.add_argument("--out", required=True, help="output directory (replaced if it exists)")
+    parser.add_argument("checkpoint", metavar="CHECKPOINT",
+                        help="d3ray checkpoint dir, or a run dir (runs/<name>: its newest checkpoint)")
+    parser.add_argument("--out", required=True,
+                        help="output directory: new, empty or a previous export (replaced); any other is refused")
     parser.add_argument(
         "--lora",
         choices=("merged", "adapter"),
@@ -26,8 +31,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from d3ray.export.load import resolve_model_source
     from d3ray.export.write import export_model
 
-    out = export_model(args.checkpoint, args.out, lora=args.lora)
-    print(f"exported {args.checkpoint} to {out}")
+    source = resolve_model_source(args.checkpoint)
+    if source != Path(args.checkpoint):
+        print(f"{args.checkpoint}: exporting its newest checkpoint {source}", flush=True)
+    out = export_model(source, args.out, lora=args.lora)
+    print(f"exported {source} to {out}")
     return 0

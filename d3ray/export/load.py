@@ -7,6 +7,7 @@
       tokenizer/                                   ──► the run's tokenizer
     HF model dir (config.json)                     ──► AutoModelForCausalLM.from_pretrained (local only)
     adapter dir (adapter_config.json)              ──► base from base_model_name_or_path + the adapter
+    run dir (runs/<name>/checkpoint_*/)            ──► its newest checkpoint (highest step in state.json)
 
 Nothing is downloaded: every ``from_pretrained`` is ``local_files_only``.
 """
@@ -18,6 +19,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from d3ray.errors import DataPathError
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +41,35 @@ class LoadedModel:
         return hasattr(self.model, "peft_config")
 
 
+def resolve_model_source(path: str | Path) -> Path:
+    """``path`` itself, or, for a run directory (``runs/<name>``, holding ``checkpoint_*/``), its newest
+    checkpoint: the one of the highest step (``state.json``), logged. Ray Train names checkpoints
+    ``checkpoint_<timestamp>``, so a run directory is the name a user can type.
+
+    Raises:
+        DataPathError: ``path`` does not exist, or is a run directory without a checkpoint yet.
+    """
+    root = Path(path)
+    if not root.exists():
+        raise DataPathError(f"{path}: no such checkpoint, run directory or model directory")
+    if not root.is_dir() or any((root / f).is_file() for f in ("model.json", "config.json", "adapter_config.json")):
+        return root
+    checkpoints = [c for c in root.glob("checkpoint_*") if (c / "model.json").is_file() and (c / DS_SUBDIR).is_dir()]
+    if not checkpoints:
+        if (root / "config.yaml").is_file():
+            raise DataPathError(f"{path}: a run directory without a checkpoint yet (no checkpoint_*/ with model.json); "
+                                "train it further, or pass a checkpoint or model directory")
+        return root  # model_source_kind names what each kind of source needs
+    newest = max(checkpoints, key=lambda c: (_checkpoint_step(c), c.name))
+    logger.info("%s is a run directory: using its newest checkpoint %s (step %d)", path, newest, _checkpoint_step(newest))
+    return newest
+
+
+def _checkpoint_step(checkpoint: Path) -> int:
+    state = checkpoint / "state.json"
+    return int(json.loads(state.read_text()).get("step", -1)) if state.is_file() else -1
+
+
 def model_source_kind(path: str | Path) -> str:
     """``checkpoint``, ``adapter`` or ``hf``, from the files in ``path``.
 
@@ -51,14 +83,16 @@ def model_source_kind(path: str | Path) -> str:
         return "adapter"
     if (root / "config.json").is_file():
         return "hf"
-    raise FileNotFoundError(
-        f"{path}: not a d3ray checkpoint (model.json + deepspeed/), a LoRA adapter dir "
-        "(adapter_config.json) or a Hugging Face model dir (config.json)"
+    raise DataPathError(
+        f"{path}: not a d3ray checkpoint (model.json + deepspeed/), a run directory (checkpoint_*/), a LoRA "
+        "adapter dir (adapter_config.json) or a Hugging Face model dir (config.json)"
     )
 
 
 def load_model(path: str | Path, attn_implementation: str = "eager") -> LoadedModel:
-    """Load a model and its tokenizer from any of the three sources, in eval mode, fp32 on the CPU."""
+    """Load a model and its tokenizer from any of the three sources (or a run directory's newest
+    checkpoint), in eval mode, fp32 on the CPU."""
+    path = resolve_model_source(path)
     kind = model_source_kind(path)
     if kind == "checkpoint":
         loaded = load_checkpoint_model(path, attn_implementation)

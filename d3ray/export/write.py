@@ -9,6 +9,9 @@
 dir through peft, from ``base_model_name_or_path``, which is written as the absolute path of
 ``out/base``; after moving the folder, load ``out/base`` and then the adapter with
 ``peft.PeftModel.from_pretrained``).
+
+Every export holds ``d3ray_export.json`` (source, kind, LoRA mode). An existing ``out`` is replaced only
+when it is empty or holds that file (a previous export); any other directory is refused, never wiped.
 """
 
 from __future__ import annotations
@@ -18,12 +21,14 @@ import logging
 from pathlib import Path
 
 from d3ray.data.tokenizer import save_tokenizer
-from d3ray.export.load import LoadedModel, load_model
-from d3ray.run_files import atomic_directory
+from d3ray.export.load import LoadedModel, load_model, resolve_model_source
+from d3ray.run_files import atomic_directory, refuse_foreign_directory
 
 logger = logging.getLogger(__name__)
 
 LORA_MODES = ("merged", "adapter")
+EXPORT_MARKER = "d3ray_export.json"
+"""Written into every export: what it was exported from (and that d3ray may replace the folder)."""
 
 
 def export_model(source: str | Path, out_dir: str | Path, lora: str = "merged") -> Path:
@@ -34,18 +39,26 @@ def export_model(source: str | Path, out_dir: str | Path, lora: str = "merged") 
 
     Args:
         source: what :func:`~d3ray.export.load.load_model` accepts.
-        out_dir: the directory to write (replaced if it exists).
+        out_dir: the directory to write: new, empty, or a previous export (which it replaces).
         lora: ``merged`` or ``adapter``; ignored (with a log line) for a model without LoRA.
 
     Returns:
         ``out_dir``.
+
+    Raises:
+        UserError: ``out_dir`` is a file or a non-empty directory that is not a previous export
+            (checked before the model is loaded).
     """
     if lora not in LORA_MODES:
         raise ValueError(f"lora must be one of {list(LORA_MODES)}, got {lora!r}")
-    loaded = load_model(source)
     out = Path(out_dir).resolve()
-    with atomic_directory(out) as tmp:
+    refuse_foreign_directory(out, EXPORT_MARKER, "--out")
+    resolved = resolve_model_source(source)
+    loaded = load_model(resolved)
+    with atomic_directory(out, owned_marker=EXPORT_MARKER) as tmp:
         write_loaded(loaded, tmp, lora, final_dir=out)
+        record = {"source": str(Path(resolved).resolve()), "kind": loaded.kind, "lora": lora if loaded.is_lora else None}
+        (tmp / EXPORT_MARKER).write_text(json.dumps(record, indent=2) + "\n")
     logger.info("exported %s (%s%s) to %s", source, loaded.kind, ", LoRA " + lora if loaded.is_lora else "", out)
     return out
 

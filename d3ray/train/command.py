@@ -29,12 +29,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "finetune",
         help="supervised fine-tuning (full or LoRA) with a data scheduler (default: tiny GPT-2, skill suite)",
         description="Fine-tune on {prompt, response, task} JSONL records, loss on the response only. Without "
-        "--config, the tiny default runs on the generated skill suite. --from starts from a d3ray checkpoint "
-        "or a local Hugging Face model directory; --model.lora={r: 8} trains LoRA adapters only.",
+        "--config, the tiny default runs on the generated skill suite. --from starts from a d3ray checkpoint, "
+        "a run directory (its newest checkpoint) or a local Hugging Face model directory; --model.lora={r: 8} trains LoRA adapters only.",
     )
     sft.add_argument("--config", help="values-only YAML file (see jobs/configs/); it must set sft:")
     sft.add_argument("--from", dest="init", metavar="PATH",
-                     help="a d3ray checkpoint directory or a local Hugging Face model directory to start from")
+                     help="a d3ray checkpoint, a run directory (its newest checkpoint) or a local Hugging Face "
+                     "model directory to start from")
     sft.set_defaults(func=run_finetune_command, accepts_overrides=True)
 
 
@@ -43,7 +44,8 @@ def run_pretrain_command(args: argparse.Namespace) -> int:
     from d3ray.config_loading import load_config
     from d3ray.train.run import run_pretrain
 
-    run_pretrain(load_config(RunConfig, args.config, args.overrides))
+    final = run_pretrain(load_config(RunConfig, args.config, args.overrides))
+    print_final_checkpoint(final)
     return 0
 
 
@@ -61,23 +63,36 @@ def run_finetune_command(args: argparse.Namespace) -> int:
         raise UserError(f"{args.config}: a fine-tuning config needs an `sft:` section (the SFT records)")
     if args.init:
         cfg = start_from(cfg, Path(args.init))
-    run_pretrain(dataclasses.replace(cfg))
+    final = run_pretrain(dataclasses.replace(cfg))
+    print_final_checkpoint(final)
     return 0
 
 
+def print_final_checkpoint(final: dict) -> None:
+    """One line naming the run's last checkpoint (what ``d3ray export`` / ``eval`` / ``finetune --from`` take;
+    the run directory itself works too: it means its newest checkpoint)."""
+    if final.get("checkpoint"):
+        print(f"checkpoint: {final['checkpoint']}", flush=True)
+
+
 def start_from(cfg, source: Path):
-    """The run, starting from ``source``: exported once into ``<run_dir>/init_model`` (a Hugging Face
-    directory with its tokenizer), which the model and the tokenizer then load from."""
+    """The run, starting from ``source`` (a run directory means its newest checkpoint): exported once
+    into ``<run_dir>/init_model`` (a Hugging Face directory with its tokenizer), which the model and the
+    tokenizer then load from."""
     import dataclasses
 
     from d3ray.errors import DataPathError
+    from d3ray.export.load import resolve_model_source
     from d3ray.export.write import export_model
 
     if not source.exists():
-        raise DataPathError(f"--from {source}: no such checkpoint or model directory")
+        raise DataPathError(f"--from {source}: no such checkpoint, run directory or model directory")
+    resolved = resolve_model_source(source)
+    if resolved != source:
+        print(f"--from {source}: starting from its newest checkpoint {resolved}", flush=True)
     target = cfg.run_dir / "init_model"
     if not (target / "config.json").exists():
-        export_model(source, target)
+        export_model(resolved, target)
     model = dataclasses.replace(cfg.model, pretrained_path=str(target))
     tokenizer = dataclasses.replace(cfg.data.tokenizer, path=str(target))
     return dataclasses.replace(cfg, model=model, data=dataclasses.replace(cfg.data, tokenizer=tokenizer))

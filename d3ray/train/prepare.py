@@ -4,9 +4,10 @@
     SFT (sft:)     sft.paths (or the generated skill suite) → records → tokenizer trained on their text
                    (digits split), eval sets of held-out records with response-only loss masks
 
-Everything here runs in the driver before Ray starts, so that a wrong path, a bad file or a bad task
-spec is reported at once (``d3ray.errors``). The tokenizer is trained once per run directory and
-reused as it is on every resume.
+Everything here runs in the driver before Ray starts, so that a wrong path, a bad file, a corpus whose
+records are all of unknown domains or a bad task spec is reported at once (``d3ray.errors``). The
+tokenizer is trained once per run directory (never into ``data.tokenizer.path``, which is only read)
+and reused as it is on every resume whose data and tokenizer config are unchanged.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def prepare_data(cfg: RunConfig) -> PreparedData:
     """Resolve the training data (generating it if none is configured) and the tokenizer."""
     if cfg.sft is not None:
         return _prepare_sft(cfg)
+    from d3ray.data.records import check_records_sample
     from d3ray.data.sample import write_sample_corpus
     from d3ray.data.shards import list_shards
     from d3ray.data.tokenizer import ensure_tokenizer, load_tokenizer
@@ -63,6 +65,9 @@ def prepare_data(cfg: RunConfig) -> PreparedData:
         )
     train_shards = list_shards(data.train_paths)
     validation_shards = list_shards(data.validation_paths) if data.validation_paths else []
+    check_records_sample(train_shards, data, "data.train_paths")  # before a tokenizer is trained on them
+    if validation_shards:
+        check_records_sample(validation_shards, data, "data.validation_paths")
     tokenizer_dir = Path(ensure_tokenizer(data, train_shards, cfg.run_dir))
     tokenizer = load_tokenizer(tokenizer_dir)
     return PreparedData(data, train_shards, validation_shards, tokenizer_dir, len(tokenizer),
@@ -73,7 +78,14 @@ def _prepare_sft(cfg: RunConfig) -> PreparedData:
     """SFT: the records (or the generated skill suite), and a tokenizer trained on their text."""
     from d3ray.data.sft_sequences import read_sft_records
     from d3ray.data.skills import write_sft_suite
-    from d3ray.data.tokenizer import TOKENIZER_SUBDIR, load_tokenizer, train_tokenizer_from_texts
+    from d3ray.data.tokenizer import (
+        TOKENIZER_SUBDIR,
+        check_user_tokenizer,
+        ensure_run_tokenizer,
+        load_tokenizer,
+        sft_tokenizer_source,
+        train_tokenizer_from_texts,
+    )
 
     sft = cfg.sft
     assert sft is not None
@@ -85,12 +97,18 @@ def _prepare_sft(cfg: RunConfig) -> PreparedData:
             write_sft_suite(suite, seed=cfg.seed)
         sft = dataclasses.replace(sft, paths=[str(suite / "train")])
         eval_paths = eval_paths or [str(suite / "test")]
-    tokenizer_dir = Path(cfg.data.tokenizer.path) if cfg.data.tokenizer.path else cfg.run_dir / TOKENIZER_SUBDIR
-    if not (tokenizer_dir / "tokenizer.json").is_file():
-        records = read_sft_records(sft.paths, sft.default_task)
-        texts = ["\n".join(text for _, text in r.messages) for r in records]
+    if cfg.data.tokenizer.path:  # the user's tokenizer: loaded or refused, never written to
+        tokenizer_dir = check_user_tokenizer(cfg.data.tokenizer.path)
+    else:
         tcfg = dataclasses.replace(cfg.data.tokenizer, split_digits=True)
-        train_tokenizer_from_texts(texts, tcfg, tokenizer_dir)
+
+        def train() -> Path:
+            records = read_sft_records(sft.paths, sft.default_task)
+            texts = ["\n".join(text for _, text in r.messages) for r in records]
+            return train_tokenizer_from_texts(texts, tcfg, cfg.run_dir / TOKENIZER_SUBDIR, trained_from)
+
+        trained_from = sft_tokenizer_source(sft.paths, sft.default_task, tcfg, cfg.run_dir)
+        tokenizer_dir = ensure_run_tokenizer(cfg.run_dir, trained_from, train)
     tokenizer = load_tokenizer(tokenizer_dir)
     tasks = cfg.eval.tasks.replace("{suite}", str(suite))
     return PreparedData(cfg.data, [], [], tokenizer_dir, len(tokenizer), tokenizer.eos_token_id, sft=sft,

@@ -41,8 +41,14 @@ def run_pretrain(cfg: RunConfig, callbacks: list[Any] | None = None) -> dict[str
     cfg = dataclasses.replace(cfg, output_dir=str(cfg.run_dir.parent))
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     driver_log = log_to_file(cfg.run_dir, "driver")
+    started = time.time()
     try:
         return _run_pretrain(cfg, callbacks)
+    except UserError:  # a run that failed on its data leaves no tokenizer for the fixed rerun to reuse
+        from d3ray.data.tokenizer import discard_fresh_tokenizer
+
+        discard_fresh_tokenizer(cfg.run_dir, since=started)
+        raise
     finally:
         stop_logging_to_file(driver_log)
 

@@ -62,3 +62,19 @@ def test_cli_data_sample_then_inspect_json(tmp_path, capsys):
     assert set(out["domains"]) == set(DEFAULT_DOMAINS)
     assert main(["data", "inspect", str(tmp_path / "s" / "train"), "--domains", "RedPajamaC4"]) == 0
     assert "unknown_domain" in capsys.readouterr().out
+
+
+def test_write_sample_corpus_over_a_users_file_of_the_same_name_refuses_and_keeps_it(tmp_path):
+    """A real SlimPajama download uses the same file names: `d3ray data sample --out` there must not overwrite it."""
+    import pytest
+
+    from d3ray.errors import UserError
+
+    mine = tmp_path / "train" / "chunk1" / "example_train_0.jsonl.zst"
+    mine.parent.mkdir(parents=True)
+    mine.write_bytes(b"the user's real shard")
+    with pytest.raises(UserError, match="example_train_0.jsonl.zst: exists and is not what d3ray would write"):
+        write_sample_corpus(tmp_path, seed=3, train_docs=100, validation_docs=20)
+    assert mine.read_bytes() == b"the user's real shard"
+    again = write_sample_corpus(tmp_path / "own", seed=3, train_docs=100, validation_docs=20)
+    assert write_sample_corpus(again, seed=3, train_docs=100, validation_docs=20) == again  # its own files: fine
