@@ -40,6 +40,21 @@ class TrainState:
     schedule: dict[str, Any] = field(default_factory=dict)
 
 
+def checkpoint_due(*, finished: bool, chunk_done: bool, next_chunk: int, every_chunks: int,
+                   seconds_since_last: float, every_sec: float) -> bool:
+    """Whether the trainers write a checkpoint now: at the end of the run, and otherwise only at a
+    chunk boundary (the data cursor is then ``(next_chunk, 0)`` and the schedule state is the
+    coordinator's at ``next_chunk``), when ``next_chunk`` is a multiple of ``every_chunks`` (counted
+    from the start of the run, so a resumed run keeps the same cadence) or ``every_sec`` > 0 seconds
+    have passed since the last checkpoint. A run killed between checkpoints resumes from the last one
+    and trains the chunks after it again: each sample is trained exactly once in the final model."""
+    if finished:
+        return True
+    if not chunk_done:
+        return False
+    return next_chunk % every_chunks == 0 or (every_sec > 0 and seconds_since_last >= every_sec)
+
+
 def save_checkpoint(engine, state: TrainState, directory: Path, rank: int, tokenizer_dir: Path | None) -> None:
     """Write this rank's part of a checkpoint into ``directory`` (a collective: every rank calls)."""
     directory = Path(directory)

@@ -122,7 +122,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     from d3ray.model import build_model
     from d3ray.run_files import route_logs_to_run_dir
     from d3ray.schedule.scheduler import ChunkFeedback
-    from d3ray.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
+    from d3ray.train.checkpoint import TrainState, checkpoint_due, load_checkpoint, save_checkpoint
     from d3ray.train.deepspeed_config import deepspeed_config, lr_factor
     from d3ray.train.evaluation import evaluate
     from d3ray.train.metrics import RunLogs, chunk_domain_metrics, progress_line
@@ -208,6 +208,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
         return result
 
     start_time = time.perf_counter()
+    last_checkpoint_time = start_time
     start_tokens = state.tokens
     loss_value = float("nan")
     next_ref = coordinator.get_chunk.remote(state.next_chunk)
@@ -301,7 +302,17 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
         finished = state.step >= tcfg.steps
         if finished:
             last_eval = run_eval()
-        if finished or (chunk_done and state.next_chunk % tcfg.checkpoint_every_chunks == 0):
+        due = checkpoint_due(finished=finished, chunk_done=chunk_done, next_chunk=state.next_chunk,
+                             every_chunks=tcfg.checkpoint_every_chunks,
+                             seconds_since_last=time.perf_counter() - last_checkpoint_time,
+                             every_sec=tcfg.checkpoint_every_sec)
+        if world > 1 and tcfg.checkpoint_every_sec > 0 and chunk_done and not finished:
+            # The clocks of the ranks differ: rank 0's decision holds for all (save is a collective).
+            flag = torch.tensor([float(due)], device=device)
+            dist.broadcast(flag, src=0)
+            due = bool(flag.item())
+        if due:
+            last_checkpoint_time = time.perf_counter()
             if logs is not None:
                 if not finished:
                     ray.get(next_ref)  # the next chunk's decision belongs in this checkpoint

@@ -1,8 +1,10 @@
 """End to end on a real local Ray: Ray Data → coordinator → Ray Train + DeepSpeed ZeRO-2 on CPU.
 
-One uninterrupted run (its loss must fall), then the same run killed after a checkpoint (rank 0
-exits at a step, no retries) and re-run under the same name: it must resume at the same data
-position, train exactly the samples the uninterrupted run trained, and match its loss curve.
+One uninterrupted run (its loss must fall), then the same run checkpointing every 2 chunks
+(``train.checkpoint_every_chunks=2``), killed 1.5 chunks after its last checkpoint (rank 0 exits at a
+step, no retries), and re-run under the same name: it must resume from that checkpoint's data position,
+train the chunks after it again, and end having trained exactly the samples the uninterrupted run
+trained, in the same order, with its loss curve.
 """
 
 from __future__ import annotations
@@ -67,8 +69,8 @@ def test_pretrain_zero2_two_workers_loss_falls_and_kill_resume_matches(ray_clust
     ref_samples = trained_samples(ref_cfg.run_dir)
     assert len(ref_samples) == len(set(ref_samples)) == STEPS * 8
 
-    # 2. same run, killed at step 14 (checkpoints every chunk of 4 steps → last one at step 12)
-    crash_cfg = run_config(corpus, tmp_path, "killed", "--train.max_failures=0")
+    # 2. same run, checkpoints every 2 chunks of 4 steps, killed at step 14 → the last one is at step 8
+    crash_cfg = run_config(corpus, tmp_path, "killed", "--train.max_failures=0", "--train.checkpoint_every_chunks=2")
     write_plan(crash_cfg.run_dir, FaultPlan(trainer_exit_at_step=14))
     from ray.train import WorkerGroupError
 
@@ -76,10 +78,13 @@ def test_pretrain_zero2_two_workers_loss_falls_and_kill_resume_matches(ray_clust
         run_pretrain(crash_cfg)
     partial = read_jsonl(crash_cfg.run_dir / "samples.jsonl")
     assert max(r["step"] for r in partial) == 14
+    written = sorted(json.loads((d / "state.json").read_text())["step"]
+                     for d in crash_cfg.run_dir.glob("checkpoint_*") if d.is_dir())
+    assert written == [8], f"a checkpoint every 2 chunks: only step 8's before the kill, got {written}"
 
-    # 3. re-run under the same name: resumes from the step-12 checkpoint
+    # 3. re-run under the same name: resumes from the step-8 checkpoint, trains chunks 2 and 3 again
     (crash_cfg.run_dir / "faults.json").unlink()
-    resumed = run_pretrain(run_config(corpus, tmp_path, "killed"))
+    resumed = run_pretrain(run_config(corpus, tmp_path, "killed", "--train.checkpoint_every_chunks=2"))
     assert resumed["steps"] == STEPS
     assert trained_samples(crash_cfg.run_dir) == ref_samples
     crash_losses = losses_by_step(crash_cfg.run_dir)

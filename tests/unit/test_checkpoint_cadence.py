@@ -1,0 +1,43 @@
+"""The checkpoint cadence (d3ray/train/checkpoint.py ``checkpoint_due``): every N chunks and/or every T
+seconds, only at chunk boundaries (where the data cursor and the schedule state are exact), always at the end."""
+
+from __future__ import annotations
+
+import pytest
+
+from d3ray.config import RunConfig
+from d3ray.config_loading import ConfigError, load_config
+from d3ray.train.checkpoint import checkpoint_due
+
+
+def due(next_chunk: int, every_chunks: int = 1, since: float = 0.0, every_sec: float = 0.0,
+        chunk_done: bool = True, finished: bool = False) -> bool:
+    return checkpoint_due(finished=finished, chunk_done=chunk_done, next_chunk=next_chunk, every_chunks=every_chunks,
+                          seconds_since_last=since, every_sec=every_sec)
+
+
+def test_checkpoint_due_default_every_chunk():
+    assert [due(c) for c in range(1, 5)] == [True, True, True, True]
+
+
+def test_checkpoint_due_every_two_chunks_counts_from_run_start():
+    assert [due(c, every_chunks=2) for c in range(1, 7)] == [False, True, False, True, False, True]
+
+
+def test_checkpoint_due_seconds_add_to_the_chunk_cadence():
+    assert due(3, every_chunks=100, since=61.0, every_sec=60.0)
+    assert not due(3, every_chunks=100, since=59.0, every_sec=60.0)
+    assert due(100, every_chunks=100, since=1.0, every_sec=60.0)
+
+
+def test_checkpoint_due_never_inside_a_chunk_even_when_time_is_up():
+    assert not due(4, every_chunks=1, since=1e6, every_sec=1.0, chunk_done=False)
+
+
+def test_checkpoint_due_always_at_the_end_even_inside_a_chunk():
+    assert due(3, every_chunks=100, chunk_done=False, finished=True)
+
+
+def test_checkpoint_every_sec_negative_refused():
+    with pytest.raises(ConfigError, match=r"train\.checkpoint_every_sec=-1"):
+        load_config(RunConfig, None, ["--train.checkpoint_every_sec=-1"])
