@@ -12,7 +12,8 @@ here, once, in :class:`SolverBase`:
 - the returned order is never worse than ``init``: a solver that cannot beat it returns it;
 - an S whose sort by its fitted potential (:mod:`~d3ray.solver.potential`) has cost 0 is solved by that
   sort, without a search (certified optimal; ``stats["shortcut"] == "potential"``, ``exact`` True); with
-  a config's ``potential_tol`` > 0 (ils) also when the residual is within it (``exact`` False);
+  a config's ``potential_tol`` > 0 (ils) also when the residual is within it (``exact`` False); the
+  exact solver, the reference that measures gaps, always runs its DP (and refuses K > 20);
 - the result depends only on (S, init, seed, config), unless a wall-clock ``time_budget_s`` binds
   first (``stats["stopped_by"] == "time"``).
 """
@@ -87,6 +88,9 @@ class SolverBase:
     ``config.time_budget_s`` (the deadline passed to ``_search`` already accounts for validation).
     """
 
+    #: Try the potential short-cut before the search (the exact solver, a reference, always searches).
+    shortcut_potential: bool = True
+
     def __init__(self, config: SolverConfig) -> None:
         self.config = config
 
@@ -116,7 +120,10 @@ class SolverBase:
             logger.warning("all-zero advantage S (K=%d): keeping the initial order", K)
             stats = {"solver": name, "stopped_by": "zero"}
             return SolveResult(init_order, 0.0, 0.0, time.perf_counter() - t0, stats, flagged_zero=True)
-        shortcut = potential_shortcut(S, init_order, getattr(self.config, "potential_tol", 0.0))
+        shortcut = (
+            potential_shortcut(S, init_order, getattr(self.config, "potential_tol", 0.0))
+            if self.shortcut_potential else None
+        )
         if shortcut is not None:  # a (near) potential: the sort is the optimum, no search
             order = shortcut.order
             stats = {"shortcut": "potential", "exact": shortcut.exact, "residual_ratio": shortcut.residual_ratio}

@@ -37,7 +37,8 @@ def test_solver_rank_two_potential_orders_by_ascending_f(f, eta, name, data) -> 
     # ties aside, the order is the sort by f: f along it never decreases, and the cost is 0
     assert np.all(np.diff(f[result.order]) >= 0) and result.cost == 0.0
     assert np.all(np.diff(f[np.asarray(searched)]) >= 0)  # the search alone finds it too
-    assert result.stats["shortcut"] == "potential" and result.stats["exact"] is True
+    if name != "exact":  # the reference solver always runs its DP
+        assert result.stats["shortcut"] == "potential" and result.stats["exact"] is True
 
 
 @settings(max_examples=40, deadline=None)
