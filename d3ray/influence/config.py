@@ -24,8 +24,9 @@ logger = logging.getLogger(__name__)
 
 #: ``none``: Δθ_i = −γ·g_i (the paper); ``adam``: the AdamW step of the shipped optimizer state.
 PRECONDITIONERS = ("none", "adam")
-#: Estimators the in-trainer (sharded) placement supports: one backward, linear over shards.
-SHARDED_ESTIMATORS = ("first_order",)
+#: Estimators the in-trainer (sharded) placement supports: one backward, linear over shards (drift: its
+#: potential f_i is a sum over ranks of the slices' dot products with the elementwise drift w).
+SHARDED_ESTIMATORS = ("first_order", "drift")
 
 __all__ = [
     "PRECONDITIONERS",

@@ -30,6 +30,7 @@ os.environ["DS_ACCELERATOR"] = "cpu"
 import deepspeed
 from d3ray.data.labels import lm_labels
 from d3ray.influence.config import InfluenceConfig, SjltSketchConfig
+from d3ray.influence.estimators import DriftConfig
 from d3ray.influence.worker import InfluenceWorker
 from d3ray.model import ModelConfig, build_model
 from d3ray.schedule.chunker import GlobalBatch
@@ -65,6 +66,7 @@ results = {}
 for name, cfg in {
     "adam_cv": InfluenceConfig(preconditioner="adam", sample_fraction=0.375, sketch=SjltSketchConfig(k=64)),
     "plain": InfluenceConfig(preconditioner="none", control_variate=False, sample_fraction=0.5, sketch=SjltSketchConfig(k=64)),
+    "drift": InfluenceConfig(estimator=DriftConfig(), preconditioner="adam", sample_fraction=0.375, sketch=SjltSketchConfig(k=64)),
 }.items():
     scorer = ShardedScorer(engine, cfg, rank, world, nan_batches=[nan_batch])
     sharded = {c: scorer.score(c, chunks[c], ids[c]) for c in (0, 1)}
@@ -100,6 +102,7 @@ for name, cfg in {
             "width": [sharded[1].G.shape[1], second.G.shape[1]],
             "step_size": [sharded[1].step_size, second.step_size],
             "nonzero": float(np.abs(second.G).max()),
+            "potential": None if second.potential is None else err(sharded[1].potential, second.potential),
             "resumed_equal": bool(np.array_equal(again.G, sharded[1].G) and (again.U is None or np.array_equal(again.U, sharded[1].U))),
         }
 x = torch.as_tensor(rng.integers(0, 96, size=(2, 16)))
@@ -134,7 +137,7 @@ def test_sharded_sketches_equal_unsharded_under_zero3(tmp_path):
     assert lines, outs[0][1][-3000:]
     out = json.loads(lines[-1][len("RESULT "):])
 
-    for name, r in ((n, out[n]) for n in ("adam_cv", "plain")):
+    for name, r in ((n, out[n]) for n in ("adam_cv", "plain", "drift")):
         assert r["excluded"] == [[6], [6]], (name, r)  # the masked batch, by both paths
         assert r["width"][0] == r["width"][1] and r["step_size"][0] == pytest.approx(r["step_size"][1])
         assert r["nonzero"] > 0
@@ -145,4 +148,6 @@ def test_sharded_sketches_equal_unsharded_under_zero3(tmp_path):
         assert r["resumed_equal"], name  # the means in the checkpoint make a resumed rank sketch identically
     assert out["adam_cv"]["U"] < 1e-4 and out["adam_cv"]["cv_columns"] < 1e-4
     assert out["plain"]["U"] is None and out["plain"]["chunk0_plain_G"] < 1e-4
+    # drift: f_i = Σ over ranks of ⟨g slice, w slice⟩ equals the unsharded worker's; the residual rows too
+    assert out["drift"]["potential"] < 1e-4 and out["drift"]["U"] < 1e-4 and out["adam_cv"]["potential"] is None
     assert math.isfinite(out["train_after"])  # training goes on after scoring
