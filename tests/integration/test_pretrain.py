@@ -70,7 +70,9 @@ def test_pretrain_zero2_two_workers_loss_falls_and_kill_resume_matches(ray_clust
     assert len(ref_samples) == len(set(ref_samples)) == STEPS * 8
 
     # 2. same run, checkpoints every 2 chunks of 4 steps, killed at step 14 → the last one is at step 8
-    crash_cfg = run_config(corpus, tmp_path, "killed", "--train.max_failures=0", "--train.checkpoint_every_chunks=2")
+    # (checkpoint_every_sec set but never due: rank 0's time decision is broadcast at every chunk boundary)
+    cadence = ["--train.checkpoint_every_chunks=2", "--train.checkpoint_every_sec=100000"]
+    crash_cfg = run_config(corpus, tmp_path, "killed", "--train.max_failures=0", *cadence)
     write_plan(crash_cfg.run_dir, FaultPlan(trainer_exit_at_step=14))
     from ray.train import WorkerGroupError
 
@@ -84,7 +86,7 @@ def test_pretrain_zero2_two_workers_loss_falls_and_kill_resume_matches(ray_clust
 
     # 3. re-run under the same name: resumes from the step-8 checkpoint, trains chunks 2 and 3 again
     (crash_cfg.run_dir / "faults.json").unlink()
-    resumed = run_pretrain(run_config(corpus, tmp_path, "killed", "--train.checkpoint_every_chunks=2"))
+    resumed = run_pretrain(run_config(corpus, tmp_path, "killed", *cadence))
     assert resumed["steps"] == STEPS
     assert trained_samples(crash_cfg.run_dir) == ref_samples
     crash_losses = losses_by_step(crash_cfg.run_dir)
