@@ -53,7 +53,10 @@ from d3ray.bench.influence_snapshot import bench_snapshot_dtype, print_snapshot_
 
 logger = logging.getLogger(__name__)
 
-ESTIMATORS = ("first_order", "fisher", "gnb", "hutchinson")
+ESTIMATORS = ("first_order", "drift", "drift_only", "fisher", "gnb", "hutchinson")
+#: drift (potential.py): the exact AdamW drift potential + the sketched residual; drift_only: the potential
+#: alone (``residual: none``). Both need the AdamW step: scored with preconditioner adam only.
+ADAM_ONLY = ("drift", "drift_only")
 PROBES = (1, 2, 4, 8)
 
 
@@ -170,9 +173,15 @@ def estimator_families(names: str) -> tuple[str, ...]:
 
 
 def _estimator_config(name: str, probes: int):
-    from d3ray.influence.estimators import EstimatorConfig, HutchinsonConfig
+    from d3ray.influence.estimators import DriftConfig, EstimatorConfig, HutchinsonConfig
 
+    if name == "drift_only":
+        return DriftConfig(residual="none")
     return HutchinsonConfig(probes=probes) if name == "hutchinson" else EstimatorConfig.lookup(name)()
+
+
+def _preconditioners(name: str) -> tuple[str, ...]:
+    return ("adam",) if name in ADAM_ONLY else ("none", "adam")
 
 
 def _label(name: str, probes: int, shared: bool = False) -> str:
@@ -323,7 +332,7 @@ def _bench_variants(model, cfg_dict, snap, parts, chunks, S_ref, base, todo, arg
                 kinds = [False, True] if shared_ok else [False]
                 for shared in kinds:
                     st_list = _shared(stats) if shared else stats
-                    for pre in ("none", "adam"):
+                    for pre in _preconditioners(est):
                         key = (_label(est, n, shared), pre)
                         cfg = replace(base, estimator=_estimator_config(est, n), preconditioner=pre)
                         out = sketch_chunk(
@@ -391,7 +400,7 @@ def _cost_variants(records, model, cfg_dict, parts, batches, base, todo, args) -
 
     configs = {}
     for est, n in todo:
-        for pre in ("none", "adam"):
+        for pre in _preconditioners(est):
             configs[(_label(est, n), pre)] = replace(base, estimator=_estimator_config(est, n), preconditioner=pre)
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
