@@ -8,6 +8,9 @@ benchmark call them without an actor. Per batch (README.md for the algebra):
         ▼
     vectors g, q = u ⊙ u, h (and u when u ≠ g) ─► P · (one projection) ─► control variate ─► rows
 
+``drift`` (potential.py): per batch also f_i = ⟨g_i, w⟩ in full dimension (w built once per call from the
+snapshot's AdamW state), and the sketch carries u_i − w in place of u_i, or nothing (``residual: none``).
+
 Control variate, two passes: with a ``reference`` shared by the workers of the chunk (the previous
 chunk's mean directions) each batch is sketched as soon as its statistics exist (one batch of
 full-dimension vectors in memory). Without one, the mean of this call's finite batches is the
