@@ -313,6 +313,9 @@ class D3Pending:
             "zero_S": bool(result.flagged_zero),
             "schedule_sec": time.perf_counter() - self.started,
         }
+        if "shortcut" in result.stats:  # ordered by the sort of S's potential, without a search
+            record["solver_shortcut"] = result.stats["shortcut"]
+            record["solver_shortcut_exact"] = bool(result.stats["exact"])
         return ChunkDecision(order=order, fallback=False, record=record,
                              matrix=S if self.cfg.save_matrices else None)
 
