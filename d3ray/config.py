@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from d3ray.config_loading import to_dict
 from d3ray.data.config import DataConfig
 from d3ray.data.sft import SftDataConfig
+from d3ray.eval.inputs import parse_task_specs
 from d3ray.model import ModelConfig
 from d3ray.schedule.config import ScheduleConfig
 from d3ray.schedule.order.configs import D3ScheduleConfig
@@ -69,3 +72,52 @@ class RunConfig:
     @property
     def run_dir(self) -> Path:
         return Path(self.output_dir).expanduser().resolve() / self.name
+
+
+#: Every RunConfig field that holds local input paths (a path, a list of paths, or a path-or-keyword
+#: such as a scheduler's ``reference``), by dotted key; a key applies where the run's config has it
+#: (``schedule.reference`` only for the schedulers that have one). :func:`absolute_paths` makes them
+#: absolute before a run starts in another directory or on another node (compare grids, sweep
+#: trials). ``tests/unit/test_config_paths.py`` walks the whole config tree, every scheduler type
+#: included, so a new path field that is not listed here fails it.
+LOCAL_PATH_FIELDS = (
+    "data.train_paths",
+    "data.validation_paths",
+    "data.tokenizer.path",
+    "model.pretrained_path",
+    "eval.ood_text_paths",
+    "eval.sft_paths",
+    "eval.tasks",
+    "sft.paths",
+    "schedule.reference",
+    "schedule.order.reference",
+)
+#: Values of the path-or-keyword fields that name no path.
+PATH_KEYWORDS = frozenset({"", "current", "initial"})
+
+
+def absolute_paths(data: dict[str, Any] | RunConfig) -> dict[str, Any]:
+    """A RunConfig (or its dict) as a dict whose :data:`LOCAL_PATH_FIELDS` are absolute local paths
+    (URIs, keywords and ``{suite}`` placeholders stay as they are)."""
+    out = to_dict(data)
+    for key in LOCAL_PATH_FIELDS:
+        *parents, leaf = key.split(".")
+        node: Any = out
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or node.get(leaf) is None:
+            continue
+        value = node[leaf]
+        if key == "eval.tasks":
+            node[leaf] = ",".join(f"{t.kind}={_absolute(t.path)}" for t in parse_task_specs(value)) if value else value
+        elif isinstance(value, list):
+            node[leaf] = [_absolute(v) for v in value]
+        else:
+            node[leaf] = _absolute(value)
+    return out
+
+
+def _absolute(path: str) -> str:
+    if path in PATH_KEYWORDS or "://" in path or path.startswith("{"):
+        return path
+    return str(Path(path).expanduser().resolve())

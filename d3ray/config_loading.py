@@ -31,8 +31,14 @@ class ConfigError(UserError, ValueError):
     """A config value or key is wrong; the message names the key path."""
 
 
-def from_dict(cls: type[C], data: dict[str, Any] | None, path: str = "") -> C:
-    """Build dataclass ``cls`` from a plain dict, recursively; unknown keys raise ConfigError."""
+def from_dict(cls: type[C], data: dict[str, Any] | None, path: str = "", base: Any = None) -> C:
+    """Build dataclass ``cls`` from a plain dict, recursively; unknown keys raise ConfigError.
+
+    ``base`` is the value the dict overrides (a field's default instance, e.g. the no-argument
+    run's ``schedule``): keys the dict does not name keep ``base``'s values, at every depth, so
+    ``--schedule.L=16`` changes ``L`` and nothing else. A dict that selects another ``type`` than
+    ``base``'s starts from that type's own defaults.
+    """
     data = dict(data or {})
     if isinstance(cls, type) and issubclass(cls, ChoiceConfig) and ChoiceConfig in cls.__bases__:
         name = data.pop("type", None)
@@ -44,6 +50,8 @@ def from_dict(cls: type[C], data: dict[str, Any] | None, path: str = "") -> C:
             raise ConfigError(f"{_join(path, 'type')}: {err}") from None
     else:
         data.pop("type", None) if getattr(cls, "type_name", "") else None
+    if type(base) is not cls:
+        base = None
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
@@ -51,12 +59,17 @@ def from_dict(cls: type[C], data: dict[str, Any] | None, path: str = "") -> C:
         raise ConfigError(
             f"unknown key {_join(path, unknown[0])!r} for {cls.__name__}; known keys: {', '.join(sorted(fields))}"
         )
-    for name, value in data.items():  # a choice given without `type` keeps the default's type
-        if isinstance(value, dict) and "type" not in value:
-            default = _default(fields[name])
-            if getattr(default, "type_name", ""):
-                data[name] = {"type": default.type_name, **value}
-    kwargs = {name: _convert(hints[name], value, _join(path, name)) for name, value in data.items()}
+    kwargs: dict[str, Any] = {}
+    for name, field in fields.items():
+        default = getattr(base, name) if base is not None else _default(field)
+        if name not in data:
+            if base is not None:
+                kwargs[name] = default
+            continue
+        value = data[name]
+        if isinstance(value, dict) and "type" not in value and getattr(default, "type_name", ""):
+            value = {"type": default.type_name, **value}  # a choice given without `type` keeps the default's
+        kwargs[name] = _convert(hints[name], value, _join(path, name), default)
     try:
         return cls(**kwargs)
     except ConfigError:
@@ -135,7 +148,8 @@ def load_config(cls: type[C], file: str | Path | None = None, overrides: list[st
         raise ConfigError(f"{file}: {err}" if file else str(err)) from None
 
 
-def _convert(tp: Any, value: Any, path: str) -> Any:
+def _convert(tp: Any, value: Any, path: str, base: Any = None) -> Any:
+    """``value`` as type ``tp``; a dataclass value given as a dict overrides ``base`` (see :func:`from_dict`)."""
     origin = get_origin(tp)
     if tp is Any:
         return value
@@ -148,7 +162,7 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
             if arg is type(None):
                 continue
             try:
-                return _convert(arg, value, path)
+                return _convert(arg, value, path, base)
             except ConfigError as err:
                 errors.append(str(err))
         raise ConfigError(errors[0] if len(errors) == 1 else f"{path}: {value!r} matches none of {tp}")
@@ -175,7 +189,7 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
             value = {"type": value}  # a choice named by a plain string
         if not isinstance(value, dict):
             raise ConfigError(f"{path}: expected a mapping, got {value!r}")
-        return from_dict(tp, value, path)
+        return from_dict(tp, value, path, base)
     if tp is bool:
         if isinstance(value, bool):
             return value

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from d3ray.compare.config import ArmConfig, CompareConfig
-from d3ray.config import RunConfig
+from d3ray.config import RunConfig, absolute_paths
 from d3ray.config_loading import ConfigError, apply_overrides, flatten_dotted, from_dict, load_config, to_dict
 from d3ray.registry import ChoiceConfig
 
@@ -40,16 +40,6 @@ EQUAL_TOKEN_KEYS = (
 )
 #: Set per run by the comparison; an arm cannot set them.
 RUN_KEYS = ("name", "seed", "output_dir", "storage_path")
-#: RunConfig fields holding local paths, made absolute (a run may start in another directory or node).
-PATH_FIELDS = (
-    ("data", "train_paths"),
-    ("data", "validation_paths"),
-    ("data", "tokenizer", "path"),
-    ("eval", "ood_text_paths"),
-    ("eval", "sft_paths"),
-    ("model", "pretrained_path"),
-    ("sft", "paths"),
-)
 
 
 @dataclass(frozen=True)
@@ -113,7 +103,7 @@ def build_plan(cfg: CompareConfig) -> ComparePlan:
     """
     output_dir = Path(cfg.output_dir).expanduser().resolve()
     base_cfg = base_run_config(cfg)
-    base = absolute_paths(to_dict(base_cfg))
+    base = absolute_paths(base_cfg)
     shared_tokenizer = None
     if cfg.mode == "pretrain" and base["data"]["train_paths"] and not base["data"]["tokenizer"]["path"]:
         shared_tokenizer = output_dir / "tokenizer"
@@ -255,24 +245,3 @@ def orders_with_d3(cfg: RunConfig) -> bool:
 
     schedule = cfg.schedule
     return schedule.type_name == "d3" or (isinstance(schedule, StagedScheduleConfig) and schedule.order.type_name == "d3")
-
-
-def absolute_paths(data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` (a RunConfig dict) with the local paths of :data:`PATH_FIELDS` made absolute."""
-    out = to_dict(data)
-    for path in PATH_FIELDS:
-        node = out
-        for part in path[:-1]:
-            node = node.get(part) if isinstance(node, dict) else None
-        if not isinstance(node, dict):
-            continue
-        value = node.get(path[-1])
-        if isinstance(value, list):
-            node[path[-1]] = [_absolute(v) for v in value]
-        elif isinstance(value, str):
-            node[path[-1]] = _absolute(value)
-    return out
-
-
-def _absolute(path: str) -> str:
-    return path if "://" in path else str(Path(path).expanduser().resolve())

@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from d3ray.config import RunConfig
+from d3ray.config import RunConfig, absolute_paths
 from d3ray.config_loading import ConfigError, from_dict, to_dict
 from d3ray.schedule.config import resources_total
 from d3ray.tune.config import STEP_ATTR, SweepConfig, is_uri
@@ -60,14 +60,6 @@ logger = logging.getLogger(__name__)
 
 #: CPUs a trial's Ray Data read tasks hold (one ``read_shard_blocks`` task at a time, 1 CPU each).
 DATA_READ_CPUS = 1.0
-#: RunConfig fields holding local paths; made absolute before trials start (a trial runs elsewhere).
-PATH_FIELDS = (
-    ("data", "train_paths"),
-    ("data", "validation_paths"),
-    ("data", "tokenizer", "path"),
-    ("eval", "ood_text_paths"),
-    ("model", "pretrained_path"),
-)
 
 
 @dataclass(frozen=True)
@@ -116,21 +108,7 @@ def load_base(sweep: SweepConfig) -> dict[str, Any]:
     """The base RunConfig (file + defaults) as a plain dict, local paths made absolute."""
     from d3ray.config_loading import load_config
 
-    base = to_dict(load_config(RunConfig, sweep.base_config))
-    for path in PATH_FIELDS:
-        node = base
-        for part in path[:-1]:
-            node = node.get(part) or {}
-        value = node.get(path[-1])
-        if isinstance(value, list):
-            node[path[-1]] = [_absolute(v) for v in value]
-        elif isinstance(value, str):
-            node[path[-1]] = _absolute(value)
-    return base
-
-
-def _absolute(path: str) -> str:
-    return path if "://" in path else str(Path(path).expanduser().resolve())
+    return absolute_paths(load_config(RunConfig, sweep.base_config))
 
 
 def trial_resources(cfg: RunConfig, driver_cpus: float) -> dict[str, float]:
