@@ -42,7 +42,30 @@ def write_plots(plan: ComparePlan, records: list[RunRecord], values: dict[str, d
         plot_sft_by_difficulty(plan.arms, values, out / "sft_by_difficulty.png"),
     ]
     made += plot_d3_schedules(plan, ok, out / "d3")
-    return [p for p in made if p is not None]
+    made = [p for p in made if p is not None]
+    remove_stale_plots(out, made)
+    return made
+
+
+PLOT_NAMES = ("loss_curves.png", "loss_vs_compute.png", "domain_ppl.png", "sft_by_skill.png", "sft_by_difficulty.png")
+
+
+def remove_stale_plots(out: Path, made: list[Path]) -> None:
+    """Remove the plots an earlier report left in ``out`` that this one did not make (the schedules of an
+    arm no longer in the grid, a figure that has no data now): the report shows this grid only. Only
+    the files this module writes are candidates (``PLOT_NAMES`` and everything under ``d3/``)."""
+    keep = {p.resolve() for p in made}
+    d3 = out / "d3"
+    candidates = [out / name for name in PLOT_NAMES] + (sorted(d3.rglob("*")) if d3.is_dir() else [])
+    for path in candidates:
+        if path.is_file() and path.resolve() not in keep:
+            path.unlink()
+    if d3.is_dir():
+        for folder in sorted((p for p in d3.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+            if not any(folder.iterdir()):
+                folder.rmdir()
+        if not any(d3.iterdir()):
+            d3.rmdir()
 
 
 def _colors(arms: list[str]) -> dict[str, tuple]:

@@ -67,20 +67,28 @@ def report_metrics(values: dict[str, dict[str, dict[int, float]]], primary: str)
 
 
 def unigram_figures(plan: ComparePlan, records: list[RunRecord]) -> dict[str, float]:
-    """Unigram entropies of the validation text (pre-training), computed once into ``unigram.json``."""
-    cache = plan.report_dir / "unigram.json"
-    if cache.is_file():
-        return json.loads(cache.read_text())
-    from d3ray.compare.unigram import run_validation_figures
+    """Unigram entropies of the validation text (pre-training), cached in ``unigram.json`` under the key
+    of what they depend on (``unigram.figures_key``: data and tokenizer): a report on other data, or
+    with another tokenizer, recomputes them."""
+    from d3ray.compare.unigram import figures_key, run_validation_figures
 
+    cache = plan.report_dir / "unigram.json"
     configs = {s.name: s.config for s in plan.runs}
     for r in records:
         cfg = configs.get(r.run_dir.name)
-        if r.compute is not None and cfg is not None:
-            figures = run_validation_figures(cfg)
-            if figures:
-                cache.write_text(json.dumps(figures, indent=2))
-            return figures
+        if r.compute is None or cfg is None:
+            continue
+        key = figures_key(cfg)
+        if key is None:
+            return {}
+        if cache.is_file():
+            saved = json.loads(cache.read_text())
+            if isinstance(saved, dict) and saved.get("key") == key:
+                return saved["figures"]
+        figures = run_validation_figures(cfg)
+        if figures:
+            cache.write_text(json.dumps({"key": key, "figures": figures}, indent=2))
+        return figures
     return {}
 
 

@@ -96,28 +96,58 @@ def token_counts(paths: list[str], data: Any, tokenizer_dir: str | Path, vocab_s
     return counts
 
 
-def run_validation_figures(cfg: Any) -> dict[str, float]:
-    """The unigram figures of a pre-training run's validation sequences (``cfg``: its RunConfig).
-
-    Reads the same sequences as the run's evaluation (``eval.max_sequences_per_domain`` per domain)
-    with its tokenizer (``data.tokenizer.path`` or ``<run_dir>/tokenizer``); a run on the generated
-    corpus reads ``<run_dir>/sample_data/``. {} for fine-tuning runs (their loss is on responses only)
-    and runs without validation data.
-    """
-    from d3ray.data.evaluation import load_eval_sequences
-    from d3ray.data.tokenizer import TOKENIZER_SUBDIR, load_backend_tokenizer
+def validation_sources(cfg: Any) -> tuple[list[str], list[str], Path] | None:
+    """(train paths, validation paths, tokenizer dir) of a pre-training run's unigram figures, or None
+    where it has none: a fine-tuning run, no validation data, no tokenizer. A run on the generated corpus
+    reads ``<run_dir>/sample_data/``; the tokenizer is ``data.tokenizer.path`` or ``<run_dir>/tokenizer``."""
+    from d3ray.data.tokenizer import TOKENIZER_SUBDIR
 
     if cfg.sft is not None:
-        return {}
+        return None
     train, validation = list(cfg.data.train_paths), list(cfg.data.validation_paths)
     if not train:  # the generated sample corpus, if the run wrote one
         if not (cfg.run_dir / "sample_data" / "train").is_dir():
-            return {}
+            return None
         train = [str(cfg.run_dir / "sample_data" / "train")]
         validation = validation or [str(cfg.run_dir / "sample_data" / "validation")]
     tokenizer = Path(cfg.data.tokenizer.path) if cfg.data.tokenizer.path else cfg.run_dir / TOKENIZER_SUBDIR
     if not validation or not (tokenizer / "tokenizer.json").is_file():
+        return None
+    return train, validation, tokenizer
+
+
+def figures_key(cfg: Any) -> dict[str, Any] | None:
+    """What a run's unigram figures depend on, to key their cache (the report's ``unigram.json``): the data
+    (train and validation paths, sequence length, sequences per domain) and the tokenizer (its directory
+    and the SHA-256 of its ``tokenizer.json``, so that a tokenizer retrained in place counts as another).
+    None where the run has no figures."""
+    import hashlib
+
+    sources = validation_sources(cfg)
+    if sources is None:
+        return None
+    train, validation, tokenizer = sources
+    return {"train_paths": [str(Path(p).resolve()) for p in train],
+            "validation_paths": [str(Path(p).resolve()) for p in validation],
+            "seq_len": int(cfg.data.seq_len), "max_sequences_per_domain": cfg.eval.max_sequences_per_domain,
+            "tokenizer": str(tokenizer.resolve()),
+            "tokenizer_sha256": hashlib.sha256((tokenizer / "tokenizer.json").read_bytes()).hexdigest()}
+
+
+def run_validation_figures(cfg: Any) -> dict[str, float]:
+    """The unigram figures of a pre-training run's validation sequences (``cfg``: its RunConfig).
+
+    Reads the same sequences as the run's evaluation (``eval.max_sequences_per_domain`` per domain)
+    with its tokenizer (see :func:`validation_sources`). {} for fine-tuning runs (their loss is on
+    responses only) and runs without validation data.
+    """
+    from d3ray.data.evaluation import load_eval_sequences
+    from d3ray.data.tokenizer import load_backend_tokenizer
+
+    sources = validation_sources(cfg)
+    if sources is None:
         return {}
+    train, validation, tokenizer = sources
     sets = load_eval_sequences(validation, cfg.data, tokenizer, cfg.eval.max_sequences_per_domain)
     backend, _ = load_backend_tokenizer(tokenizer)
     counts = token_counts(train, cfg.data, tokenizer, backend.get_vocab_size())

@@ -69,3 +69,57 @@ def test_report_constructed_grid_gives_rows_verdicts_and_equal_compute(tmp_path)
     runs = list(csv.DictReader(open(report / "runs.csv")))
     assert len(runs) == 6 and {r["status"] for r in runs} == {"skipped"}
     assert (report / "loss_curves.png").is_file() and (report / "domain_ppl.png").is_file()
+
+
+def _grid(tmp_path, output_dir, arms, overrides=None):
+    cfg = from_dict(CompareConfig, {
+        "base_config": "jobs/configs/tiny.yaml", "set": {"train.num_workers": 1, **(overrides or {})},
+        "seeds": [0, 1, 2], "output_dir": str(output_dir),
+        "arms": [{"name": a, "set": {"schedule.type": "random"} if a != "d3" else {}} for a in arms]})
+    plan = build_plan(cfg)
+    for spec in plan.runs:
+        if not spec.run_dir.exists():
+            fake_run(spec.run_dir, FINAL[spec.arm][spec.seed], 1.0 if spec.arm == "d3" else 0.5, spec.arm == "d3")
+    return plan
+
+
+def test_report_rerun_with_fewer_arms_leaves_no_stale_plots(tmp_path):
+    plan = _grid(tmp_path, tmp_path, ["random", "d3"])
+    report = write_report(plan, run_grid(plan))["dir"]
+    # what an earlier grid's report left: the schedule plots of an arm since removed, an SFT figure
+    stale = [report / "d3" / "gone" / "s_heatmap.png", report / "sft_by_skill.png"]
+    for path in stale:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"png")
+    mine = report / "notes.png"  # not a file the report writes: left alone
+    mine.write_bytes(b"png")
+
+    write_report(plan, run_grid(plan))
+
+    assert not any(p.exists() for p in stale) and not (report / "d3").exists()
+    assert (report / "loss_curves.png").is_file() and mine.is_file()
+    assert "sft_by_skill" not in (report / "results.md").read_text()
+
+
+def test_report_unigram_cache_is_recomputed_for_other_data(tmp_path):
+    from d3ray.compare.report import unigram_figures
+    from d3ray.compare.table import run_records
+    from d3ray.compare.unigram import figures_key, run_validation_figures
+    from tests.conftest import make_corpus
+
+    figures = []
+    for seed in (0, 1):  # two corpora, one report directory
+        data_dir, tokenizer = make_corpus(tmp_path / f"corpus{seed}", seed=seed, train_docs=60, validation_docs=14,
+                                          train_shards=1)
+        plan = _grid(tmp_path, tmp_path / "cmp", ["random"], {
+            "data.train_paths": [str(data_dir / "train")], "data.validation_paths": [str(data_dir / "validation")],
+            "data.tokenizer.path": str(tokenizer), "eval.max_sequences_per_domain": 2})
+        plan.report_dir.mkdir(parents=True, exist_ok=True)
+        records = run_records(plan, run_grid(plan))
+        figures.append(unigram_figures(plan, records))
+        cached = json.loads((plan.report_dir / "unigram.json").read_text())
+        assert cached["key"] == figures_key(plan.runs[0].config) and cached["key"]["train_paths"] == [
+            str((data_dir / "train").resolve())]
+        assert cached["figures"] == figures[-1] == run_validation_figures(plan.runs[0].config)
+        assert unigram_figures(plan, records) == figures[-1]  # the same data again: read from the cache
+    assert figures[0] != figures[1]
