@@ -62,14 +62,17 @@ class ControlVariate:
         shards: Shards | None = None,
     ) -> None:
         self.reference_id = reference.reference_id
-        self.shards = shards
+        self.shards, self.device, self.dtype = shards, device, dtype
         offsets = None if shards is None else shards.offsets
         self.unit: dict[str, dict[str, torch.Tensor]] = {}
         self.sketched: dict[str, torch.Tensor] = {}  # stat → (k,) P r̂
         for stat in sorted(reference.vectors):  # sorted: the same collective order on every rank
             vecs = reference.vectors[stat]
-            tensors = {n: torch.as_tensor(np.asarray(v), device=device).to(dtype) for n, v in vecs.items()}
-            squares = torch.as_tensor(sum((t.double() ** 2).sum() for t in tensors.values()), dtype=torch.float64)
+            tensors = {n: torch.as_tensor(v if torch.is_tensor(v) else np.asarray(v), device=device).to(dtype)
+                       for n, v in vecs.items()}
+            # Started from a zero on ``device``: a rank with no slices still reduces a tensor where the group does.
+            squares = sum(((t.double() ** 2).sum() for t in tensors.values()),
+                          torch.zeros((), dtype=torch.float64, device=device))
             norm = torch.sqrt(reduce_sum(shards, squares))
             if not torch.isfinite(norm) or norm == 0:
                 continue  # no usable direction: this statistic is sketched plainly
@@ -85,11 +88,11 @@ class ControlVariate:
         Whether u or v is None is the same on every rank (the reference directions are global)."""
         if u is None or v is None:
             return 0.0
-        total = 0.0
+        total = torch.zeros((), dtype=self.dtype, device=self.device)  # on the statistics' device, never a CPU scalar
         for name, vt in v.items():
             ut = u[name]
             total = total + (ut * vt).reshape(*ut.shape[: ut.dim() - vt.dim()], -1).sum(-1)
-        return reduce_sum(self.shards, torch.as_tensor(total))
+        return reduce_sum(self.shards, total)
 
     def augment(
         self,

@@ -185,10 +185,13 @@ def adamw_direction(
             over ranks; everything else is elementwise.
     """
     if state.max_grad_norm > 0:  # the trainers' clip_grad_norm_: coefficient C / (‖g‖ + 1e-6), at most 1
-        squares = sum((g.double() ** 2).sum() for g in grads.values())
-        norm = torch.sqrt(reduce_sum(shards, torch.as_tensor(squares, dtype=torch.float64)))
-        coef = float(torch.clamp(state.max_grad_norm / (norm + 1e-6), max=1.0))
-        grads = {n: g * coef for n, g in grads.items()} if coef < 1.0 else grads
+        device = next(iter(grads.values())).device
+        squares = sum(((g.double() ** 2).sum() for g in grads.values()), torch.zeros((), dtype=torch.float64, device=device))
+        norm = torch.sqrt(reduce_sum(shards, squares))
+        # A tensor, not a float: no host synchronisation per batch. g · 1 is g, bit for bit, and a float32
+        # coefficient is what multiplying a float32 g by the Python float rounded it to.
+        coef = torch.clamp(state.max_grad_norm / (norm + 1e-6), max=1.0)
+        grads = {n: g * coef.to(g.dtype) for n, g in grads.items()}
     b1, b2 = state.betas
     t = state.step + 1
     bc1, bc2_sqrt = 1.0 - b1**t, math.sqrt(1.0 - b2**t)

@@ -163,20 +163,23 @@ class SparseJLSketch:
     def dim(self, numels: Mapping[str, int]) -> int:
         return self.k
 
-    def rows_and_signs(self, name: str, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rows (m, s) in [0, k) and signs (m, s) in {−1, +1} of coordinates [start, stop) of ``name``."""
+    def rows_and_signs(
+        self, name: str, start: int, stop: int, device: torch.device | str = "cpu"
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows (m, s) in [0, k) and signs (m, s) in {−1, +1} of coordinates [start, stop) of ``name``,
+        hashed on ``device`` (int64 ops: the same bits on every device, see :func:`splitmix64`)."""
         key = stable_seed("sjlt", self.seed, name)
-        coord = torch.arange(start, stop, dtype=torch.int64)[:, None]  # (m, 1)
-        index = coord * self.s + torch.arange(self.s, dtype=torch.int64)[None, :] + 1  # (m, s)
+        coord = torch.arange(start, stop, dtype=torch.int64, device=device)[:, None]  # (m, 1)
+        index = coord * self.s + torch.arange(self.s, dtype=torch.int64, device=device)[None, :] + 1  # (m, s)
         z = splitmix64(_signed(key) + index * _signed(_GOLDEN))
-        rows = _shr(z, 1) % self._sizes + self._starts  # (m, s)
+        rows = _shr(z, 1) % self._sizes.to(device) + self._starts.to(device)  # (m, s)
         signs = 1 - 2 * (z & 1)  # (m, s)
         return rows, signs
 
     def _block(self, name: str, start: int, stop: int, device: torch.device, dtype: torch.dtype):
         def make() -> tuple[torch.Tensor, torch.Tensor]:
-            rows, signs = self.rows_and_signs(name, start, stop)
-            return rows.reshape(-1).to(device), (signs.to(dtype) / math.sqrt(self.s)).reshape(-1).to(device)
+            rows, signs = self.rows_and_signs(name, start, stop, device)  # hashed where the vectors are
+            return rows.reshape(-1), (signs.to(dtype) / math.sqrt(self.s)).reshape(-1)
 
         return self._cache.get((name, start, stop, str(device), dtype), make)
 

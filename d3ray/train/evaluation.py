@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from d3ray.data.labels import lm_labels
 from d3ray.lm_loss import sequence_losses
+from d3ray.train.collectives import all_reduce_sum
 
 
 @torch.no_grad()
@@ -65,7 +65,7 @@ def evaluate(
                 sums += torch.stack([s.sum(), n.sum(), (s * s).sum(), (s * n).sum(), (n * n).sum(),
                                      torch.tensor(float(real), dtype=torch.float64)])
         if world > 1:
-            dist.all_reduce(sums)
+            sums = all_reduce_sum(sums)  # on the group's device (NCCL takes no CPU tensor)
         mean = float(sums[0] / sums[1]) if sums[1] > 0 else float("nan")
         out[f"eval/{name}/loss"] = mean
         out[f"eval/{name}/ppl"] = math.exp(min(mean, 50.0))

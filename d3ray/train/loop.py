@@ -123,6 +123,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     from d3ray.run_files import route_logs_to_run_dir
     from d3ray.schedule.scheduler import ChunkFeedback
     from d3ray.train.checkpoint import TrainState, checkpoint_due, load_checkpoint, save_checkpoint
+    from d3ray.train.collectives import collective_device
     from d3ray.train.deepspeed_config import deepspeed_config, lr_factor
     from d3ray.train.evaluation import evaluate
     from d3ray.train.metrics import RunLogs, chunk_domain_metrics, progress_line
@@ -256,6 +257,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             step_stats[0] /= -(-per_rank // micro)  # the mean of the micro-batch losses
             if world > 1:  # one small collective: the step loss and every rank's per-sample losses
                 gathered = [torch.zeros_like(step_stats) for _ in range(world)]
+                step_stats = step_stats.to(collective_device())
                 dist.all_gather(gathered, step_stats)
                 stats = torch.stack(gathered).cpu().numpy()
             else:

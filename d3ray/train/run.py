@@ -123,7 +123,8 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
         trainer = TorchTrainer(
             train_loop_per_worker,
             train_loop_config={"spec": spec},
-            torch_config=TorchConfig(backend="nccl" if cfg.train.use_gpu else "gloo"),
+            # gloo for CPU tensors as well on GPU: a CPU tensor in an NCCL-only group fails (train/collectives.py)
+            torch_config=TorchConfig(backend="cpu:gloo,cuda:nccl" if cfg.train.use_gpu else "gloo"),
             scaling_config=ray.train.ScalingConfig(num_workers=cfg.train.num_workers, use_gpu=cfg.train.use_gpu,
                                                    resources_per_worker=resources_per_worker),
             run_config=ray.train.RunConfig(

@@ -56,18 +56,11 @@ from d3ray.influence.influence import BatchSketches, ChunkInfluence, Reference
 from d3ray.influence.optimizer import AdamWState
 from d3ray.influence.shards import Shards
 from d3ray.influence.statistics import IGNORE_INDEX, BatchStatistics
+from d3ray.train.collectives import all_reduce_sum, collective_device
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["InTrainerInfluence", "ShardedScorer", "sketch_due_chunks"]
-
-
-def _all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
-    import torch.distributed as dist
-
-    out = tensor.clone()
-    dist.all_reduce(out)
-    return out
 
 
 class _GradientBuckets:
@@ -103,9 +96,10 @@ class _GradientBuckets:
             padded = flat.new_zeros(m * self.world)
             padded[: flat.numel()] = flat
             rows.append(padded.view(self.world, m))
-        stacked = torch.cat(rows, dim=1)  # (W, Σ m)
+        stacked = torch.cat(rows, dim=1).to(collective_device())  # (W, Σ m), where the group reduces
         mine = stacked.new_empty(stacked.shape[1])
         dist.reduce_scatter_tensor(mine, stacked.reshape(-1))
+        mine = mine.to(self.pending[0][1].device)
         start = 0
         for name, _ in self.pending:
             self.slices[name] = mine[start : start + self.valid[name]]
@@ -152,7 +146,7 @@ class ShardedScorer:
         # the last rank's slice padded): the offsets of the sketch and the valid length of the slice.
         self.partition = {n: int(p.ds_tensor.ds_numel) for n, p in self.params.items()}
         self.valid = {n: max(0, min(m, int(self.params[n].ds_numel) - rank * m)) for n, m in self.partition.items()}
-        self.shards = Shards(offsets={n: rank * m for n, m in self.partition.items()}, reduce=_all_reduce_sum)
+        self.shards = Shards(offsets={n: rank * m for n, m in self.partition.items()}, reduce=all_reduce_sum)
         self.sketch = config.sketch.build()
         self.means: dict[int, Reference] = {}
         self.device = next(iter(self.params.values())).ds_tensor.device
@@ -174,8 +168,9 @@ class ShardedScorer:
         hyper = adamw_hyperparameters(self.engine)
         if not adamw_started(base):  # the same on every rank: they step together
             return theta, AdamWState.fresh({n: (v,) for n, v in self.valid.items()}, **hyper)
-        m = {n: self._slice(n, safe_get_local_optimizer_state(p, "exp_avg")).numpy() for n, p in self.params.items()}
-        v = {n: self._slice(n, safe_get_local_optimizer_state(p, "exp_avg_sq")).numpy() for n, p in self.params.items()}
+        # fp32 tensors where the optimizer keeps them (a GPU's): AdamWState takes tensors, no host copy.
+        m = {n: self._slice(n, safe_get_local_optimizer_state(p, "exp_avg")) for n, p in self.params.items()}
+        v = {n: self._slice(n, safe_get_local_optimizer_state(p, "exp_avg_sq")) for n, p in self.params.items()}
         return theta, AdamWState(step=adamw_step(base), exp_avg=m, exp_avg_sq=v, **hyper)
 
     def gradient_slices(self, input_ids: np.ndarray, labels: np.ndarray) -> BatchStatistics:
@@ -220,10 +215,9 @@ class ShardedScorer:
             # name also runs gc.collect(): 0.6 s a call on CPU).
             self.engine.optimizer.empty_partition_cache()
         grads = {n: buckets.slices.get(n, torch.zeros(self.valid[n], device=self.device)) for n in self.params}
-        loss = float(_all_reduce_sum(local.detach().to(torch.float64).reshape(1))[0])
-        bad = torch.tensor([0.0 if all(bool(torch.isfinite(g).all()) for g in grads.values()) else 1.0],
-                           dtype=torch.float64)
-        finite = float(_all_reduce_sum(bad)[0]) == 0.0 and np.isfinite(loss)
+        loss = float(all_reduce_sum(local.detach().to(torch.float64).reshape(1))[0])
+        bad = torch.stack([(~torch.isfinite(g)).any() for g in grads.values()]).any().to(torch.float64).reshape(1)
+        finite = float(all_reduce_sum(bad)[0]) == 0.0 and np.isfinite(loss)
         return BatchStatistics(loss=loss, grad=grads, hdiag=None, finite=finite)
 
     # ---- a chunk ------------------------------------------------------------------------------

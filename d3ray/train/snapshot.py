@@ -35,6 +35,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "initial_optimizer_state",
+    "master_copies",
     "ship_optimizer_state",
     "ship_state",
     "ship_tensor",
@@ -134,6 +135,49 @@ def adamw_step(base: Any) -> int:
     return max((int(st["step"]) for st in base.state.values() if isinstance(st, dict) and "step" in st), default=0)
 
 
+def master_copies(optimizer: Any) -> dict[int, tuple[torch.Tensor, int]]:
+    """``id(16-bit parameter) → (fp32 master tensor, offset)``: where DeepSpeed's ZeRO-0 mixed-precision
+    wrappers keep the copy the torch optimizer steps (and keys its state by), the parameter's elements
+    starting at ``offset`` of the master flattened; empty for any other optimizer.
+
+    ``FP16_UnfusedOptimizer`` (bf16 on the CPU) keeps one fp32 copy per parameter (``fp32_groups``);
+    the fused ``FP16_Optimizer`` one flat fp32 tensor per group (``fp32_groups_flat``), the group's
+    parameters concatenated in order. ZeRO 1-3 and ``BF16_Optimizer`` link the state through
+    ``_hp_mapping`` / ``ds_id`` instead (``safe_get_full_optimizer_state``).
+    """
+    lp_groups = getattr(optimizer, "fp16_groups", None)
+    if lp_groups is None or not (hasattr(optimizer, "fp32_groups_flat") or hasattr(optimizer, "fp32_groups")):
+        return {}  # not a ZeRO-0 wrapper (the ZeRO optimizers have fp16_groups too, and flat partitions)
+    out: dict[int, tuple[torch.Tensor, int]] = {}
+    flat = getattr(optimizer, "fp32_groups_flat", None)
+    if flat is not None:
+        for group, master in zip(lp_groups, flat, strict=True):
+            offset = 0
+            for p in group:
+                out[id(p)] = (master, offset)
+                offset += p.numel()
+        return out
+    for group, masters in zip(lp_groups, optimizer.fp32_groups, strict=True):
+        for p, master in zip(group, masters, strict=True):
+            out[id(p)] = (master, 0)
+    return out
+
+
+def _unpartitioned_state(base: Any, masters: dict[int, tuple[torch.Tensor, int]], p: Any,
+                         name: str) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(m, v) of a parameter the torch optimizer steps itself or through its fp32 master copy (ZeRO-0)."""
+    owner, offset = masters.get(id(p), (p, 0))
+    state = base.state.get(owner, {})
+    if state and "exp_avg_sq" not in state:
+        raise ValueError(f"optimizer state of {name!r} has no exp_avg_sq: not an Adam optimizer")
+    if not state:
+        return None, None
+    if owner is p:
+        return state.get("exp_avg"), state.get("exp_avg_sq")
+    n = p.numel()
+    return tuple(state[key].reshape(-1)[offset:offset + n].view(p.shape) for key in ("exp_avg", "exp_avg_sq"))
+
+
 def snapshot_optimizer_state(engine: Any, zero_stage: int, rank: int, dtype: str) -> AdamWState | None:
     """The AdamW state of a DeepSpeed engine (ZeRO 0-3) by parameter name, m and v in the snapshot
     ``dtype``, on rank 0 (None elsewhere).
@@ -161,16 +205,14 @@ def snapshot_optimizer_state(engine: Any, zero_stage: int, rank: int, dtype: str
     if link is not None:
         link()
     exp_avg, exp_avg_sq = {}, {}
+    masters = master_copies(engine.optimizer) if zero_stage == 0 else {}  # bf16 ZeRO-0: keyed by fp32 copies
     for name, p in named:
         m = v = None
         if zero_stage > 0 or hasattr(p, "_hp_mapping") or hasattr(p, "ds_id"):
             m = safe_get_full_optimizer_state(p, "exp_avg")
             v = safe_get_full_optimizer_state(p, "exp_avg_sq")
-        if m is None and v is None:  # no ZeRO partitioning: the torch optimizer holds the parameter
-            state = base.state.get(p, {})
-            if state and "exp_avg_sq" not in state:
-                raise ValueError(f"optimizer state of {name!r} has no exp_avg_sq: not an Adam optimizer")
-            m, v = state.get("exp_avg"), state.get("exp_avg_sq")
+        if m is None and v is None:  # no ZeRO partitioning: the torch optimizer holds the parameter (or its copy)
+            m, v = _unpartitioned_state(base, masters, p, name)
         if rank == 0:  # converted one parameter at a time: rank 0 never holds a float32 copy of all of it
             shape = _full_shape(p)
             exp_avg[name] = ship_tensor(torch.zeros(shape) if m is None else m, dtype)

@@ -6,6 +6,11 @@ default, which must be the float32 snapshot rounded); the AdamW step the influen
 that snapshot for the next batch (:func:`~d3ray.influence.optimizer.adamw_direction`, gradient from a
 plain transformers model at the snapshot weights) must be the step the engine then takes. DeepSpeed
 clips gradients at 1.0 by default: the state carries the clip and the step uses it.
+
+Then, in the same process, the same stage trains in bfloat16 (DeepSpeed's CPU accelerator has it: the
+precision is not the device's): its snapshot's m and v must be non-zero and exactly the values the torch
+optimizer holds (ZeRO-0 keys them by fp32 master copies of the bf16 weights, ZeRO 1-3 by flat
+partitions; as multisets, padding zeros aside), under every stage, and the fp32 engine's alike.
 """
 
 from __future__ import annotations
@@ -30,6 +35,17 @@ from d3ray.influence.optimizer import adamw_direction
 from d3ray.train.snapshot import snapshot_nbytes, snapshot_optimizer_state, snapshot_weights
 
 stage = int(sys.argv[1])
+def own_state_equal(engine, state):
+    # the snapshot's m and v are the torch optimizer's own values (sorted, zeros dropped: partitions pad)
+    base = getattr(engine.optimizer, "optimizer", engine.optimizer)
+    for key, shipped in (("exp_avg", state.exp_avg), ("exp_avg_sq", state.exp_avg_sq)):
+        own = torch.cat([st[key].detach().float().reshape(-1) for st in base.state.values()])
+        mine = torch.cat([torch.as_tensor(np.asarray(v)).float().reshape(-1) for v in shipped.values()])
+        if not torch.equal(own[own != 0].sort().values, mine[mine != 0].sort().values):
+            return False
+    return True
+
+
 torch.set_num_threads(1)
 deepspeed.init_distributed(dist_backend="gloo")
 torch.manual_seed(0)
@@ -50,6 +66,7 @@ for x in batches[:3]:
     engine.backward(engine(input_ids=x, labels=x).loss)
     engine.step()
 state = snapshot_optimizer_state(engine, stage, 0, "float32")
+own_equal = own_state_equal(engine, state)  # before the engine steps again
 before = snapshot_weights(engine, stage, 0, "float32")
 state16 = snapshot_optimizer_state(engine, stage, 0, "bfloat16")
 before16 = snapshot_weights(engine, stage, 0, "bfloat16")
@@ -65,7 +82,26 @@ u = adamw_direction(params, {n: p.grad for n, p in plain.named_parameters()}, st
 engine.backward(engine(input_ids=x, labels=x).loss)
 engine.step()
 after = snapshot_weights(engine, stage, 0, "float32")
-out = {"fresh_step": fresh.step, "fresh_zero": all(not np.any(v) for v in fresh.exp_avg_sq.values()),
+
+
+torch.manual_seed(0)
+model16 = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+engine16, *_ = deepspeed.initialize(model=model16, model_parameters=model16.parameters(),
+                                    config={**ds, "bf16": {"enabled": True}})
+for x in batches[:3]:
+    engine16.backward(engine16(input_ids=x, labels=x).loss)
+    engine16.step()
+trained16 = snapshot_optimizer_state(engine16, stage, 0, "float32")
+shipped16 = snapshot_optimizer_state(engine16, stage, 0, "bfloat16")
+weights16 = snapshot_weights(engine16, stage, 0, "bfloat16")
+out = {"own_equal": own_equal, "bf16_own_equal": own_state_equal(engine16, trained16),
+       "bf16_training": next(engine16.module.parameters()).dtype == torch.bfloat16,
+       "bf16_step": trained16.step, "bf16_nonzero_v": all(bool(np.any(v > 0)) for v in trained16.exp_avg_sq.values()),
+       "bf16_nonzero_m": all(bool(np.any(m != 0)) for m in trained16.exp_avg.values()),
+       "bf16_shipped_rounded": all(torch.equal(shipped16.exp_avg_sq[n], torch.from_numpy(trained16.exp_avg_sq[n]).bfloat16())
+                                   for n in trained16.exp_avg_sq),
+       "bf16_weights": sorted(weights16) == sorted(before) and all(w.dtype == torch.bfloat16 for w in weights16.values()),
+       "fresh_step": fresh.step, "fresh_zero": all(not np.any(v) for v in fresh.exp_avg_sq.values()),
        "fresh_names": sorted(fresh.exp_avg) == sorted(state.exp_avg), "step": state.step, "clip": state.max_grad_norm, "names": sorted(state.exp_avg),
        "shapes_match": all(state.exp_avg[n].shape == before[n].shape for n in state.exp_avg),
        "nonzero_v": all(bool(np.any(v > 0)) for v in state.exp_avg_sq.values()),
@@ -120,3 +156,9 @@ def test_snapshot_optimizer_state_predicts_the_engines_next_step(stage, stage_ru
     assert out["bf16_tensors"] and out["bf16_rounded"] and out["bf16_fresh"]
     fp32_bytes, bf16_bytes = out["bytes"]
     assert bf16_bytes * 2 == fp32_bytes > 0
+    # the optimizer's own m and v, fp32 and bf16 training alike; bf16 training on the CPU, under every stage
+    assert out["own_equal"] and out["bf16_own_equal"], out
+    # the torch optimizer's own count, which its bias correction uses: DeepSpeed's ZeRO-0 16-bit wrapper
+    # (FP16_UnfusedOptimizer) takes one step on zero gradients when it starts
+    assert out["bf16_training"] and out["bf16_step"] == (4 if stage == 0 else 3) and out["bf16_weights"]
+    assert out["bf16_nonzero_v"] and out["bf16_nonzero_m"] and out["bf16_shipped_rounded"]
