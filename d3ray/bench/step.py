@@ -58,35 +58,40 @@ def run(args: argparse.Namespace) -> int:
     kinds = {"unweighted": decided(None), "weighted": decided(LossWeighting("linupper", {"delta": 1.0,
                                                                                        "temperature": 1.0}))}
 
-    def step(chunk: DecidedChunk) -> np.ndarray:
+    spread: dict[str, float] = {}  # kind -> max/min of its last step's loss weights (1 = unweighted)
+
+    def step(chunk: DecidedChunk, name: str) -> np.ndarray:
         t = [time.perf_counter()]
         logits = model(input_ids=ids).logits
         t.append(time.perf_counter())
         sums, counts = sequence_losses(logits, ids)
         seq_loss = (sums / counts.clamp(min=1.0)).detach()
         t.append(time.perf_counter())
-        loss = step_loss(sums, counts, micro_weights(chunk, 0, rows, seq_loss))
+        weights = micro_weights(chunk, 0, rows, seq_loss)
+        loss = step_loss(sums, counts, weights)
         t.append(time.perf_counter())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         t.append(time.perf_counter())
         optimizer.step()
         t.append(time.perf_counter())
+        spread[name] = 1.0 if weights is None else float(weights.max() / weights.min())
         return np.diff(t)
 
     for _ in range(10):  # warm-up of both paths
-        for chunk in kinds.values():
-            step(chunk)
+        for name, chunk in kinds.items():
+            step(chunk, name)
     phases = {name: np.zeros((args.steps, len(PHASES))) for name in kinds}
     for i in range(args.steps):
         order = list(kinds) if i % 2 == 0 else list(reversed(kinds))  # alternate which goes first
         for name in order:
-            phases[name][i] = step(kinds[name])
+            phases[name][i] = step(kinds[name], name)
     report = {"preset": args.preset, "micro_batch": args.micro_batch, "seq_len": args.seq_len, "vocab": args.vocab,
               "steps": args.steps, "threads": args.threads}
     for name, p in phases.items():
         total = p.sum(axis=1)
         report[name] = {"mean_step_ms": 1e3 * float(total.mean()), "median_step_ms": 1e3 * float(np.median(total)),
+                        "weight_spread": spread[name],  # max/min loss weight of the last step: what was timed
                         **{f"{phase}_ms": 1e3 * float(p[:, k].mean()) for k, phase in enumerate(PHASES)}}
     report["weighted_step_ratio"] = report["weighted"]["mean_step_ms"] / report["unweighted"]["mean_step_ms"]
     report["weighted_median_step_ratio"] = report["weighted"]["median_step_ms"] / report["unweighted"]["median_step_ms"]
