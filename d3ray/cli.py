@@ -1,7 +1,8 @@
 """The ``d3ray`` command line: one sub-command per user task.
 
     d3ray pretrain [--config FILE.yaml] [--train.steps=200 ...]
-    d3ray schedulers
+    d3ray config show [--config FILE.yaml] [--finetune] [--schedule.L=16 ...]
+    d3ray schedulers [NAME]
     d3ray sweep --config tune_configs/k_L_gamma.yaml
     d3ray compare --config jobs/configs/compare_pretrain_tiny.yaml
     d3ray solve MATRIX_FILE [--solver NAME] [--time-budget S] [--seed N]
@@ -30,6 +31,7 @@ import sys
 # Modules that contribute sub-commands, in help order. A module may register several.
 COMMAND_MODULES = (
     "d3ray.train.command",
+    "d3ray.config_docs",
     "d3ray.schedule.command",
     "d3ray.tune.command",
     "d3ray.compare.command",

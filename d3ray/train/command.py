@@ -14,6 +14,24 @@ FINETUNE_DEFAULTS = [
     "--eval.max_sequences_per_domain=32", "--eval.tasks=sft={suite}/test",
 ]
 
+#: The config sections ``--help`` lists (kept equal to RunConfig's sections by a test).
+CONFIG_SECTIONS = {
+    "data": "corpus paths, layout, domains, sequence length, tokenizer, bad-record limits",
+    "model": "architecture preset, pretrained_path, overrides, LoRA, attention kernel",
+    "train": "steps, batch sizes, workers, GPUs, ZeRO stage, optimizer, eval and checkpoint cadence",
+    "eval": "held-out sequences per domain, out-of-domain files, SFT sets, lm-eval tasks",
+    "schedule": "the data scheduler: type (d3, random, curriculum, odm, ...) and its knobs",
+    "sft": "fine-tuning records (paths, seq_len, batching); d3ray finetune sets it",
+    "ray": "cluster address, local CPUs, Ray Train poll interval",
+}
+CONFIG_SECTIONS_HELP = (
+    "config sections (override any field as --SECTION.KEY=VALUE, or in a --config file):\n"
+    + "\n".join(f"  {name:<9} {text}" for name, text in CONFIG_SECTIONS.items())
+    + "\n  (run level: name, seed, output_dir, storage_path)\n\n"
+    "d3ray config show [--config F] [--key=value ...] prints the resolved config with each field's doc line;\n"
+    "d3ray schedulers NAME lists a scheduler's knobs."
+)
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -21,6 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="pre-train a causal LM with a data scheduler (default: tiny GPT-2, D3 order, sample data)",
         description="Run a pre-training job. Without --config, the tiny default runs on generated sample "
         "data. Dotted overrides follow: --train.steps=200 --schedule.type=random.",
+        epilog=CONFIG_SECTIONS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", help="values-only YAML file (see jobs/configs/)")
     parser.set_defaults(func=run_pretrain_command, accepts_overrides=True)
@@ -31,6 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Fine-tune on {prompt, response, task} JSONL records, loss on the response only. Without "
         "--config, the tiny default runs on the generated skill suite. --from starts from a d3ray checkpoint, "
         "a run directory (its newest checkpoint) or a local Hugging Face model directory; --model.lora={r: 8} trains LoRA adapters only.",
+        epilog=CONFIG_SECTIONS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sft.add_argument("--config", help="values-only YAML file (see jobs/configs/); it must set sft:")
     sft.add_argument("--from", dest="init", metavar="PATH",
