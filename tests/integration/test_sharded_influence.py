@@ -7,6 +7,13 @@ an :class:`~d3ray.influence.worker.InfluenceWorker`: the rows (P g, P u with the
 and the control variate's exact columns against chunk 0's mean directions) must agree within float32
 rounding, a masked (NaN) batch must be excluded by both, a scorer restored from the saved means must
 sketch bit-identically (a resumed trainer), and training must go on afterwards.
+
+Device discipline: every ``torch.distributed`` collective of the run (DeepSpeed's own, the multi-rank
+evaluation's, the scorer's reduce-scatters and all-reduces, the snapshot's gathers) goes through a
+checking wrapper installed before DeepSpeed starts, which records any tensor that is not on the device
+:func:`~d3ray.train.collectives.collective_device` names for its group; there must be none. (On a CPU
+box that device is the CPU; the same check with NCCL is ``bench/gpu_check.sh``'s.) The evaluation runs
+5 rows on 2 ranks, so one rank takes a zero-weight call, and both ranks must report the same numbers.
 """
 
 from __future__ import annotations
@@ -37,8 +44,26 @@ from d3ray.schedule.chunker import GlobalBatch
 from d3ray.train.sharded_influence import ShardedScorer
 from d3ray.train.snapshot import snapshot_optimizer_state, snapshot_weights
 
+from d3ray.train.collectives import collective_device
+from d3ray.train.evaluation import evaluate
+
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 torch.set_num_threads(1)
+import torch.distributed as dist
+calls, strays = {}, []
+def checked(name, fn):
+    def wrapper(*args, **kwargs):
+        group = kwargs.get("group", next((a for a in args if isinstance(a, dist.ProcessGroup)), None))
+        want = collective_device(group)
+        values = list(args) + list(kwargs.values())
+        tensors = [t for v in values for t in (v if isinstance(v, (list, tuple)) else [v]) if torch.is_tensor(t)]
+        strays.extend(f"{name}: {t.device} in a group that wants {want}" for t in tensors if t.device != want)
+        calls[name] = calls.get(name, 0) + 1
+        return fn(*args, **kwargs)
+    return wrapper
+for name in ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
+             "broadcast", "reduce", "gather", "scatter", "all_to_all_single"):
+    setattr(dist, name, checked(name, getattr(dist, name)))  # before DeepSpeed binds them
 deepspeed.init_distributed(dist_backend="gloo")
 config_dict = {"model_type": "gpt2", "n_layer": 2, "n_embd": 24, "n_head": 2, "vocab_size": 96, "n_positions": 16,
                "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
@@ -59,6 +84,10 @@ for step in range(3):
     x = torch.as_tensor(rng.integers(0, 96, size=(2, 16)))
     engine.backward(engine(input_ids=x, labels=x).loss)
     engine.step()
+eval_rows = np.random.default_rng(7).integers(0, 96, size=(5, 16))
+evaluated = evaluate(engine, {"a": eval_rows, "ood:b": eval_rows[:3]}, rank, world, 2, torch.device("cpu"))
+eval_calls = calls.get("all_reduce", 0)
+print("EVAL " + json.dumps(evaluated), flush=True)
 chunks = {0: [batch(10 + i) for i in range(4)], 1: [batch(20 + i) for i in range(4)]}
 ids = {0: [0, 1, 2, 3], 1: [4, 5, 6, 7]}
 nan_batch = 6
@@ -111,6 +140,7 @@ engine.backward(loss)
 engine.step()
 if rank == 0:
     results["train_after"] = float(loss.detach())
+    results["collectives"], results["strays"], results["eval_all_reduces"] = calls, strays[:10], eval_calls
     print("RESULT " + json.dumps(results), flush=True)
 torch.distributed.barrier()  # both ranks done before either tears gloo down (else "terminate called" at exit)
 torch.distributed.destroy_process_group()
@@ -151,3 +181,9 @@ def test_sharded_sketches_equal_unsharded_under_zero3(tmp_path):
     # drift: f_i = Σ over ranks of ⟨g slice, w slice⟩ equals the unsharded worker's; the residual rows too
     assert out["drift"]["potential"] < 1e-4 and out["drift"]["U"] < 1e-4 and out["adam_cv"]["potential"] is None
     assert math.isfinite(out["train_after"])  # training goes on after scoring
+    # every collective on its group's device, and the paths checked did run collectives
+    assert out["strays"] == []
+    calls = out["collectives"]
+    assert out["eval_all_reduces"] >= 2 and calls["reduce_scatter_tensor"] > 0 and calls["all_gather_into_tensor"] > 0
+    evals = [json.loads(next(ln for ln in o.splitlines() if ln.startswith("EVAL "))[len("EVAL "):]) for o, _ in outs]
+    assert evals[0] == evals[1] and math.isfinite(evals[0]["eval/a/loss"]) and math.isfinite(evals[0]["eval/a/loss_se"])
