@@ -36,3 +36,5 @@ def test_cli_bad_records_over_the_limit_stop_the_run_with_the_worst_file(capsys,
         "--schedule.type=random", "--train.steps=8", "--ray.num_cpus=4",
     ], capsys)
     assert "d3ray pretrain: error:" in err and "records are bad" in err and "a_broken.jsonl.zst" in err
+    # The tokenizer trained for this run is not left behind for a fixed rerun to reuse.
+    assert not (tmp_path / "runs" / "d3ray-tiny" / "tokenizer").exists()

@@ -128,4 +128,10 @@ def test_finetune_default_runs_d3_on_the_generated_suite_with_exact_match(ray_cl
     assert {f"eval/{s}/loss" for s in skills} <= set(final), "per-task response loss on the held-out split"
     exact = [k for k in final if k.endswith("/exact_match")]
     assert exact and all(0.0 <= final[k] <= 1.0 for k in exact)
-    assert "schedule: 2 chunks decided" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "schedule: 2 chunks decided" in out
+    # The run's end names its checkpoint, and the run directory itself stands for its newest checkpoint.
+    assert f"checkpoint: {final['checkpoint']}" in out.splitlines()
+    assert main(["export", str(run_dir), "--out", str(tmp_path / "hf")]) == 0
+    assert f"exporting its newest checkpoint {final['checkpoint']}" in capsys.readouterr().out
+    assert (tmp_path / "hf" / "model.safetensors").is_file()
