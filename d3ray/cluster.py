@@ -11,6 +11,8 @@ from pathlib import Path
 
 from d3ray.config import RayClusterConfig, RunConfig
 
+logger = logging.getLogger(__name__)
+
 RAY_DATA_LOGGING = Path(__file__).with_name("ray_data_logging.yaml")
 
 
@@ -25,6 +27,11 @@ def worker_env(cfg: RunConfig) -> dict[str, str]:
     }
     if not cfg.train.use_gpu:
         env["DS_ACCELERATOR"] = "cpu"
+    if cfg.ray.address in (None, "local"):
+        # Ray Train's preemption watcher looks for nodes being drained, which a local one-node instance
+        # never is; it is created with the workers' handles, so its process logs an E-level line
+        # ("constructor arguments in the object store") that a newcomer reads as a failure.
+        env["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] = "0"
     return env
 
 
@@ -35,11 +42,18 @@ def start_ray(ray_cfg: RayClusterConfig, env: dict[str, str]) -> bool:
     os.environ.update(env)  # a local instance's raylet (and so every actor) inherits these
     if ray.is_initialized():
         return False
+    quiet_ray_notices()
     if ray_cfg.address not in (None, "local"):
         ray.init(address=ray_cfg.address)
         return True
     init_local_ray(ray_cfg.num_cpus or max(4, os.cpu_count() or 1), log_to_driver=True)
     return True
+
+
+def quiet_ray_notices() -> None:
+    """Ray's notices that are no fault of the run stay off d3ray's console: ``ray.init`` says on every start
+    (or connection) that token authentication is on (Ray's default for a new local instance) or off."""
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
 
 
 def init_local_ray(num_cpus: int, log_to_driver: bool) -> None:
@@ -61,5 +75,8 @@ def init_local_ray(num_cpus: int, log_to_driver: bool) -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     os.environ["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{port}"
+    quiet_ray_notices()
     ray.init(address="local", num_cpus=num_cpus, log_to_driver=log_to_driver,
              logging_level=logging.WARNING, include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=port)
+    logger.info("started a local Ray instance (%d CPUs, dashboard port %d, token authentication %s)", num_cpus,
+                port, os.environ.get("RAY_AUTH_MODE", "?"))

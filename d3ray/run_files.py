@@ -11,9 +11,12 @@ which never replaces a directory d3ray did not write (a user's model or data fol
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
+import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -63,6 +66,42 @@ def log_to_file(run_dir: Path, role: str) -> Path:
     warnings_logger.propagate = False
     warnings_logger.addHandler(file_handler)
     return path
+
+
+@contextlib.contextmanager
+def stdout_to_log(log: logging.Logger) -> Iterator[None]:
+    """What a library prints inside the block becomes INFO lines of ``log`` (the process's log file), not
+    console lines (DeepSpeed prints "... built successfully" for each op it loads, on every rank)."""
+    buffer = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buffer):
+            yield
+    finally:
+        for line in buffer.getvalue().splitlines():
+            if line.strip():
+                log.info("%s", line)
+
+
+@contextlib.contextmanager
+def stderr_to_file(path: Path) -> Iterator[None]:
+    """File descriptor 2 of this process appends to ``path`` inside the block, C++ writes included.
+
+    Ray's core worker logs a precautionary E-level line to fd 2 when an actor with ``max_restarts``
+    gets handles or refs in its constructor arguments (ray-project/ray#53727); it has no setting to
+    send it elsewhere. Where the driver owns those refs for the whole run (the coordinator's), the
+    line belongs in the driver's log, not on the console.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    target = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.dup2(target, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(target)
 
 
 def stop_logging_to_file(path: Path) -> None:

@@ -120,7 +120,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     from d3ray.errors import UserError
     from d3ray.lm_loss import sequence_losses, step_loss
     from d3ray.model import build_model
-    from d3ray.run_files import route_logs_to_run_dir
+    from d3ray.run_files import route_logs_to_run_dir, stdout_to_log
     from d3ray.schedule.scheduler import ChunkFeedback
     from d3ray.train.checkpoint import TrainState, checkpoint_due, load_checkpoint, save_checkpoint
     from d3ray.train.collectives import collective_device
@@ -135,7 +135,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     route_logs_to_run_dir(cfg.run_dir, f"trainer-{rank}")
     if world != tcfg.num_workers:
         raise RuntimeError(f"expected {tcfg.num_workers} workers, Ray Train started {world}")
-    deepspeed.init_distributed(dist_backend="nccl" if tcfg.use_gpu else "gloo")
+    with stdout_to_log(logger):  # DeepSpeed announces each op it loads with a print: the log file, not the console
+        deepspeed.init_distributed(dist_backend="nccl" if tcfg.use_gpu else "gloo")
     device = torch.device("cuda", torch.cuda.current_device()) if tcfg.use_gpu else torch.device("cpu")
 
     torch.manual_seed(cfg.seed)

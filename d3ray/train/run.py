@@ -24,7 +24,7 @@ from d3ray.cluster import start_ray, worker_env
 from d3ray.config import RunConfig
 from d3ray.config_loading import to_dict
 from d3ray.errors import UserError
-from d3ray.run_files import log_to_file, read_jsonl, stop_logging_to_file
+from d3ray.run_files import log_to_file, read_jsonl, stderr_to_file, stop_logging_to_file
 from d3ray.train.preflight import check_cluster, check_environment
 from d3ray.train.prepare import load_eval_sets, prepare_data, prepare_eval_tasks
 
@@ -105,10 +105,13 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
                               cfg.seed, prepared.sft)
         # The coordinator lives on the driver's node: it owns the chunk batches in the object store.
         here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
-        coordinator = ray.remote(ScheduleCoordinator).options(
-            num_cpus=0, max_concurrency=32, max_restarts=2, max_task_retries=2, scheduling_strategy=here,
-        ).remote(make_stream, scheduler, needs, schedule.prefetch_chunks, schedule.staleness, schedule.deadline_s,
-                 str(run_dir))
+        # Its arguments hold the scheduler's actor handles, which this driver keeps alive for the run: Ray's
+        # E-level warning about restarts with such arguments (ray-project/ray#53727) goes to the driver log.
+        with stderr_to_file(run_dir / "logs" / "driver.log"):
+            coordinator = ray.remote(ScheduleCoordinator).options(
+                num_cpus=0, max_concurrency=32, max_restarts=2, max_task_retries=2, scheduling_strategy=here,
+            ).remote(make_stream, scheduler, needs, schedule.prefetch_chunks, schedule.staleness, schedule.deadline_s,
+                     str(run_dir))
         if needs.weights and not any(run_dir.glob("checkpoint_*")):
             publish_initial_weights(cfg, model_config, coordinator, needs.optimizer_state, needs.snapshot_dtype)
         spec = WorkerSpec(cfg=cfg, model_config=model_config, coordinator=coordinator, eval_sets=eval_ref,
