@@ -201,8 +201,8 @@ def check_user_tokenizer(path: str | Path, field: str = "data.tokenizer.path") -
         if (root / "config.json").is_file():
             raise UserError(
                 f"{field}={path}: a model directory without tokenizer files (config.json but no tokenizer.json); "
-                "copy the model's tokenizer files into it or point the field at the tokenizer's own directory; "
-                "nothing in it was changed")
+                "point the field at the model's tokenizer directory, or leave it unset to train one into the run "
+                "directory; nothing in it was changed")
         raise UserError(f"{field}={path}: holds no tokenizer.json; point it at a Hugging Face tokenizer directory, "
                         "or leave it unset to train one into the run directory; nothing in it was changed")
     try:

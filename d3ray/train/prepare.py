@@ -21,6 +21,7 @@ from typing import Any
 from d3ray.config import RunConfig
 from d3ray.data.config import DataConfig
 from d3ray.data.sft import SftDataConfig
+from d3ray.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +90,8 @@ def _prepare_sft(cfg: RunConfig) -> PreparedData:
 
     sft = cfg.sft
     assert sft is not None
+    # The user's tokenizer: loaded or refused (before any file is generated), never written to.
+    user_tokenizer = check_user_tokenizer(cfg.data.tokenizer.path) if cfg.data.tokenizer.path else None
     suite = cfg.run_dir / "sft_data"
     eval_paths = list(cfg.eval.sft_paths)
     if not sft.paths:
@@ -97,13 +100,16 @@ def _prepare_sft(cfg: RunConfig) -> PreparedData:
             write_sft_suite(suite, seed=cfg.seed)
         sft = dataclasses.replace(sft, paths=[str(suite / "train")])
         eval_paths = eval_paths or [str(suite / "test")]
-    if cfg.data.tokenizer.path:  # the user's tokenizer: loaded or refused, never written to
-        tokenizer_dir = check_user_tokenizer(cfg.data.tokenizer.path)
+    if user_tokenizer is not None:
+        tokenizer_dir = user_tokenizer
     else:
         tcfg = dataclasses.replace(cfg.data.tokenizer, split_digits=True)
 
         def train() -> Path:
-            records = read_sft_records(sft.paths, sft.default_task)
+            try:
+                records = read_sft_records(sft.paths, sft.default_task)
+            except ValueError as err:  # a bad or missing record: the user's data, one line
+                raise UserError(f"sft.paths: {err}; fix the records (the tokenizer is trained on them)") from err
             texts = ["\n".join(text for _, text in r.messages) for r in records]
             return train_tokenizer_from_texts(texts, tcfg, cfg.run_dir / TOKENIZER_SUBDIR, trained_from)
 

@@ -83,3 +83,20 @@ def test_prepare_corpus_of_unusable_records_names_the_reason_and_the_first_line(
     with pytest.raises(UserError, match=r"^data\.train_paths: none of the first 5 records .*missing_text.* line 1"):
         prepare_data(cfg)
     assert not (cfg.run_dir / "tokenizer").exists()
+
+
+def test_prepare_sft_tokenizer_path_refused_before_the_suite_is_generated(tmp_path):
+    cfg = RunConfig(output_dir=str(tmp_path / "runs"), sft=SftDataConfig(),
+                    data=DataConfig(tokenizer=TokenizerConfig(path=str(tmp_path / "typo"))))
+    with pytest.raises(UserError, match=r"^data\.tokenizer\.path=.*typo: no such directory"):
+        prepare_data(cfg)
+    assert not (cfg.run_dir / "sft_data").exists()
+
+
+def test_prepare_sft_bad_record_is_one_line_naming_sft_paths_and_trains_nothing(tmp_path):
+    records = write_jsonl(tmp_path / "sft" / "train.jsonl", [{"prompt": "1+1=", "response": "2"}, {"prompt": "x"}])
+    cfg = RunConfig(output_dir=str(tmp_path / "runs"), sft=SftDataConfig(paths=[str(records)], seq_len=32),
+                    data=DataConfig(tokenizer=TokenizerConfig(vocab_size=300)))
+    with pytest.raises(UserError, match=r"^sft\.paths: .*train\.jsonl.*line 2") as info:
+        prepare_data(cfg)
+    assert "\n" not in str(info.value) and not (cfg.run_dir / "tokenizer").exists()
