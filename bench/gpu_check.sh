@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The GPU path in one strict, short script: stops at the first failing step, fits 8 minutes on one H200
-# (BUDGET_S, default 480 s: every step runs under what is left of it), ends with one summary table.
+# The GPU path in one strict, short script: stops at the first failing step, sized for 8 minutes on one H200
+# (not yet run on a GPU; BUDGET_S, default 480 s: every step runs under what is left of it), one summary table.
 #
 #   bench/gpu_check.sh              on a GPU machine: GPT-2 124M, ZeRO-3, bf16 (NCCL for CUDA tensors)
-#   bench/gpu_check.sh --dry-run    the same steps on the CPU with tiny settings (gpt2-tiny, 2 gloo ranks)
+#   bench/gpu_check.sh --dry-run    the same steps on the CPU with tiny settings (gpt2-tiny, 2 gloo ranks;
+#                                   419 s on the 2-core dev box: too long for the suite, hence --plan there)
 #   bench/gpu_check.sh --plan       load every step's config through d3ray's loader and preflight, print the
 #                                   commands, run nothing (seconds; CI runs it: tests/unit/test_gpu_check_plan.py)
 #   (--dry-run --plan: the plan of the dry run; NGPU=1|2 sets the GPU count a --plan plans for, default 2)
@@ -32,7 +33,7 @@ for arg in "$@"; do
   case "$arg" in
     --dry-run) MODE=dry ;;
     --plan) PLAN=1 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument '$arg' (use --dry-run, --plan)" >&2; exit 2 ;;
   esac
 done
@@ -237,7 +238,8 @@ for step, name in (("d3-actors", "gpu-d3"), ("d3-in-trainer", "gpu-d3-in-trainer
     rows.append([step, fmt(tps, ".0f"), fmt(mfu, ".1%"), "n/a", wait_s, fmt(final.get("schedule/fallbacks"), "d"),
                  memory(step)])
 pipe = load(out / "pipeline.json")
-rows.append(["pipeline (d3/random)", f"x{fmt(pipe.get('throughput_ratio'), '.3f')}", "n/a", "n/a",
+ratio = pipe.get("throughput_ratio")
+rows.append(["pipeline (d3/random)", f"x{ratio:.3f}" if ratio is not None else "n/a", "n/a", "n/a",
              fmt(pipe.get("trainer_wait_fraction"), ".1%"), "n/a", memory("pipeline")])
 records = load(out / "influence.json").get("records", [])
 default = [r for r in records if r.get("variant") == "first_order" and r.get("preconditioner") == "adam"]
