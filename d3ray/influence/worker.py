@@ -30,13 +30,14 @@ from d3ray.influence.chunk import lookahead_rows, parameter_names, sketch_chunk
 from d3ray.influence.config import InfluenceConfig
 from d3ray.influence.influence import BatchSketches, LookaheadRows, Reference
 from d3ray.influence.optimizer import AdamWState
+from d3ray.influence.resources import actor_device, actor_threads
 from d3ray.influence.sketch import stable_seed
 from d3ray.influence.statistics import BatchStatistics, CrossEntropyObjective, Params
 from d3ray.lora import LoraConfig
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["InfluenceWorker", "sample_rows", "split_snapshot"]
+__all__ = ["InfluenceWorker", "influence_attention", "sample_rows", "split_snapshot"]
 
 #: Buffers some transformers versions keep in GPT-2 state dicts; a snapshot may carry or omit them.
 _OPTIONAL_KEYS = re.compile(r"(^|\.)attn\.(bias|masked_bias)$")
@@ -58,6 +59,15 @@ def split_snapshot(parts: Sequence[Any] | Mapping[str, Any]) -> tuple[dict[str, 
         else:
             weights.update(value)
     return weights, optimizer
+
+
+def influence_attention(requested: str, double_backward: bool) -> str:
+    """The attention kernel of an influence model: eager where the estimator differentiates a gradient
+    again (Hutchinson: double backward through SDPA fails on CPU), else the trainers' own; flash-attention
+    runs only in 16 bits, so the fp32/fp64 influence model takes SDPA in its place."""
+    if double_backward:
+        return "eager"
+    return "sdpa" if requested == "flash_attention_2" else requested
 
 
 def sample_rows(n_rows: int, fraction: float, seed: int, batch_id: int) -> np.ndarray:
@@ -85,23 +95,25 @@ class InfluenceWorker:
         model_config: transformers config dict (must hold ``model_type``), e.g. from
             :func:`d3ray.model.model_config_dict`.
         config: the run's InfluenceConfig (same on every worker).
+        lora: the trainers' adapters (influence then covers only their parameters).
+        attn_implementation: the trainers' attention kernel (``ModelConfig.attn_implementation``); see
+            :func:`influence_attention` for what the influence model runs.
 
     Raises:
         ValueError: ``param_filter`` matches no parameter.
     """
 
-    def __init__(self, model_config: Mapping[str, Any], config: InfluenceConfig, lora: LoraConfig | None = None) -> None:
+    def __init__(self, model_config: Mapping[str, Any], config: InfluenceConfig, lora: LoraConfig | None = None,
+                 attn_implementation: str = "eager") -> None:
         from d3ray.model import ModelConfig, build_model
 
         self.config = config
-        if config.device == "auto":
-            self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        else:
-            self.device = torch.device(config.device)
+        self.device = actor_device(config.device)  # `auto` follows the actor's Ray resources (resources.py)
+        torch.set_num_threads(actor_threads())
         self.dtype = torch.float64 if config.dtype == "float64" else torch.float32
-        # Eager attention: double backward (Hutchinson) through SDPA fails on CPU. Eval mode: no dropout.
-        # With LoRA the same adapters as the trainers': influence then covers only their parameters.
-        model = build_model(dict(model_config), ModelConfig(attn_implementation="eager", lora=lora))
+        # Eval mode: no dropout. With LoRA the same adapters as the trainers'.
+        attention = influence_attention(attn_implementation, config.estimator.needs_double_backward)
+        model = build_model(dict(model_config), ModelConfig(attn_implementation=attention, lora=lora))
         trainable = [n for n, p in model.named_parameters() if p.requires_grad]
         self.model = model.eval().to(device=self.device, dtype=self.dtype)
         for p in self.model.parameters():

@@ -43,9 +43,10 @@ def sample_responses(model: Any, prompt_ids: np.ndarray, samples: int, max_new_t
     import transformers
 
     cache_kw = "cache" if int(transformers.__version__.split(".")[0]) >= 5 else "past_key_values"  # renamed in 5
-    generator = torch.Generator().manual_seed(int(seed))
-    step_input = torch.as_tensor(prompt)[None].repeat(samples, 1)  # (S, p)
-    done = torch.zeros(samples, dtype=torch.bool)
+    device = next(model.parameters()).device  # the draws are seeded per device type
+    generator = torch.Generator(device=device).manual_seed(int(seed))
+    step_input = torch.as_tensor(prompt, device=device)[None].repeat(samples, 1)  # (S, p)
+    done = torch.zeros(samples, dtype=torch.bool, device=device)
     tokens, past = [], None
     with torch.no_grad():
         for _ in range(max_new_tokens):
@@ -63,7 +64,7 @@ def sample_responses(model: Any, prompt_ids: np.ndarray, samples: int, max_new_t
             if bool(done.all()):
                 break
             step_input = nxt[:, None]
-    drawn = torch.stack(tokens, dim=1).numpy()  # (S, n)
+    drawn = torch.stack(tokens, dim=1).cpu().numpy()  # (S, n)
     out_rows = []
     for row in drawn:
         stops = np.flatnonzero(row == eos_id)

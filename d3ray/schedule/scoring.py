@@ -38,6 +38,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from d3ray.data.labels import lm_labels
+from d3ray.influence.resources import actor_device, actor_threads
 from d3ray.run_files import route_logs_to_run_dir
 
 logger = logging.getLogger(__name__)
@@ -114,7 +115,10 @@ class ScoringWorker:
         if run_dir is not None:
             route_logs_to_run_dir(run_dir, role)
         self.run_dir, self.role = run_dir, role
-        torch.set_num_threads(1)
+        # The device and threads this actor reserved (influence/resources.py): a GPU share → its GPU;
+        # none → the CPU even where cuda:0 is visible; as many threads as reserved CPUs.
+        torch.set_num_threads(actor_threads())
+        self.device = actor_device("auto")
         self.micro = micro_batch_size
         self.model_config = model_config
         self.model_cfg = model
@@ -134,7 +138,7 @@ class ScoringWorker:
             from d3ray.model import build_model
 
             self.model = build_model(model_config, model)
-        self.model.eval()
+        self.model.eval().to(self.device)
         self.reference = reference
 
     # ---- weights -------------------------------------------------------------------------------
@@ -171,9 +175,9 @@ class ScoringWorker:
         out = []
         with torch.no_grad():
             for m in range(0, len(ids), self.micro):
-                logits = model(input_ids=torch.as_tensor(ids[m:m + self.micro])).logits
-                sums, counts = sequence_losses(logits, torch.as_tensor(labels[m:m + self.micro]))
-                out.append((sums / counts.clamp(min=1.0)).double().numpy())
+                logits = model(input_ids=torch.as_tensor(ids[m:m + self.micro], device=self.device)).logits
+                sums, counts = sequence_losses(logits, torch.as_tensor(labels[m:m + self.micro], device=self.device))
+                out.append((sums / counts.clamp(min=1.0)).double().cpu().numpy())
         return np.concatenate(out) if out else np.zeros(0)
 
     def embed(self, ids: np.ndarray, n_tokens: np.ndarray) -> np.ndarray:
@@ -183,11 +187,12 @@ class ScoringWorker:
         out = []
         with torch.no_grad():
             for m in range(0, len(ids), self.micro):
-                part = torch.as_tensor(ids[m:m + self.micro])
+                part = torch.as_tensor(ids[m:m + self.micro], device=self.device)
                 hidden = self.model(input_ids=part, output_hidden_states=True).hidden_states[-1]  # (b, T, H)
-                valid = torch.arange(part.shape[1])[None, :] < torch.as_tensor(n_tokens[m:m + self.micro])[:, None]
+                lengths = torch.as_tensor(n_tokens[m:m + self.micro], device=self.device)
+                valid = torch.arange(part.shape[1], device=self.device)[None, :] < lengths[:, None]
                 pooled = (hidden * valid[..., None]).sum(1) / valid.sum(1, keepdim=True).clamp(min=1)
-                out.append(pooled.float().numpy())
+                out.append(pooled.float().cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, 0), dtype=np.float32)
 
     def parameter_names(self, param_filter: str | None) -> list[str]:
@@ -235,11 +240,11 @@ class ScoringWorker:
         # torch.func.grad ignores an enclosing no_grad for its own differentiation.
         with torch.no_grad():
             for m in range(0, len(ids), self.micro):
-                grads = per_sequence(params, torch.as_tensor(ids[m:m + self.micro]),
-                                     torch.as_tensor(labels[m:m + self.micro]))  # name → (b, *shape)
+                grads = per_sequence(params, torch.as_tensor(ids[m:m + self.micro], device=self.device),
+                                     torch.as_tensor(labels[m:m + self.micro], device=self.device))  # name → (b, *shape)
                 if transform is not None:
                     grads = transform(grads)
-                out.append(sketch.project(grads).float().numpy())  # (b, k)
+                out.append(sketch.project(grads).float().cpu().numpy())  # (b, k)
         return np.concatenate(out) if out else np.zeros((0, 0), dtype=np.float32)
 
     def sample_responses(self, prompt_ids: np.ndarray, samples: int, max_new_tokens: int, temperature: float,
@@ -271,7 +276,7 @@ class ScoringWorker:
                 ref = build_model(self.model_config, self.model_cfg)
                 with np.load(path) as saved:
                     load_state(ref, {k: saved[k] for k in saved.files})
-            self._references = {path: ref.eval()}  # one at a time
+            self._references = {path: ref.eval().to(self.device)}  # one at a time
         return self._references[path]
 
     def save_weights(self, weights: list, path: str) -> bool:
@@ -341,8 +346,9 @@ def load_state(model: Any, state: Mapping[str, Any]) -> None:
     own = model.state_dict()
     with torch.no_grad():
         for name, value in state.items():
-            if name in own:
-                own[name].copy_(torch.from_numpy(np.array(value)).to(own[name].dtype))
+            if name in own:  # a bfloat16 snapshot ships torch tensors (numpy has no bfloat16); copy_ crosses devices
+                src = value if torch.is_tensor(value) else torch.from_numpy(np.array(value))
+                own[name].copy_(src.to(own[name].dtype))
 
 
 def start_scorer(ctx: Any, reference: str | None, num_cpus: float, num_gpus: float, name: str) -> Any:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from d3ray.influence.estimators.base import EstimatorConfig
 from d3ray.influence.estimators.gnb import mean_of
@@ -59,6 +59,7 @@ def hutchinson_samples(
 class HutchinsonConfig(EstimatorConfig):
     """Hutchinson diagonal (1 backward with graph + probes Hessian-vector products)."""
 
+    needs_double_backward: ClassVar[bool] = True
     probes: int = 1
     """Rademacher probes z per batch (one Hessian-vector product each)."""
 

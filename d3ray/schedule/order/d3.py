@@ -53,13 +53,13 @@ class ChunkInfluenceWorker(InfluenceWorker):
     """An InfluenceWorker that reads the chunk's ``GlobalBatch`` objects by reference."""
 
     def __init__(self, model_config: dict[str, Any], config: InfluenceConfig, run_dir: str | None,
-                 index: int, nice: int = 0, lora: LoraConfig | None = None) -> None:
+                 index: int, nice: int = 0, lora: LoraConfig | None = None, attn_implementation: str = "eager") -> None:
         current = os.nice(0)
         if nice > current:  # background priority: yield the cores to the trainers (D3ScheduleConfig.influence_nice)
             os.nice(nice - current)
         if run_dir is not None:
             route_logs_to_run_dir(run_dir, f"influence-{index}")
-        super().__init__(model_config, config, lora)
+        super().__init__(model_config, config, lora, attn_implementation)
         self.run_dir = run_dir
         self.plan = faults.load_plan(run_dir) if index == 0 else faults.FaultPlan()
 
@@ -183,7 +183,8 @@ class D3Scheduler(SchedulerBase):
         remote = ray.remote(ChunkInfluenceWorker)
         self.influence_actors = [] if cfg.in_trainer else [  # in_trainer: the trainers sketch (context.influence)
             remote.options(name=f"d3ray:{ctx.run_name}:influence:{i}", get_if_exists=False, **opts)
-            .remote(ctx.model_config, cfg.influence, ctx.run_dir, i, cfg.influence_nice, ctx.model.lora)
+            .remote(ctx.model_config, cfg.influence, ctx.run_dir, i, cfg.influence_nice, ctx.model.lora,
+                    ctx.model.attn_implementation)
             for i in range(cfg.influence_actors)
         ]
         drill = faults.load_plan(ctx.run_dir).solver_exit_at_chunk

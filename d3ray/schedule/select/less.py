@@ -132,8 +132,8 @@ def adam_direction(grads: Mapping[str, Any], moments: AdamMoments) -> dict[str, 
         c1, c2 = 1.0 - beta1 ** (moments.step + 1), 1.0 - beta2 ** (moments.step + 1)
     out = {}
     for name, g in grads.items():
-        v = torch.as_tensor(moments.exp_avg_sq[name], dtype=g.dtype)[None]  # (1, *shape)
-        m = (torch.as_tensor(moments.exp_avg[name], dtype=g.dtype)[None]
+        v = torch.as_tensor(moments.exp_avg_sq[name], dtype=g.dtype, device=g.device)[None]  # (1, *shape)
+        m = (torch.as_tensor(moments.exp_avg[name], dtype=g.dtype, device=g.device)[None]
              if moments.exp_avg is not None else torch.zeros_like(g[:1]))
         m_hat = (beta1 * m + (1.0 - beta1) * g) / c1
         v_hat = (beta2 * v + (1.0 - beta2) * g * g) / c2
