@@ -29,6 +29,9 @@ class TrainConfig:
     """Custom Ray resources per worker, e.g. {"trainer_node": 0.01} to pin trainers to GPU nodes."""
     zero_stage: int = 2
     """DeepSpeed ZeRO stage 0-3."""
+    precision: str = "auto"
+    """``bf16``, ``fp32``, or ``auto``: bf16 on GPUs, fp32 on the CPU. Apart from the device: DeepSpeed's
+    CPU accelerator trains in bf16 too (how the test suite runs the bf16 path without a GPU)."""
     lr: float = 3e-3
     """Peak learning rate."""
     min_lr_ratio: float = 0.1
@@ -58,6 +61,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         per_step = self.num_workers * self.micro_batch_size
+        if self.precision not in ("auto", "bf16", "fp32"):
+            raise ValueError(f"train.precision={self.precision!r} must be auto, bf16 or fp32")
         if self.steps < 1:
             raise ValueError(f"train.steps={self.steps} must be >= 1")
         if self.num_workers < 1:
@@ -94,6 +99,11 @@ class TrainConfig:
     @property
     def use_gpu(self) -> bool:
         return self.gpus_per_worker > 0
+
+    @property
+    def bf16(self) -> bool:
+        """Whether the trainers run bf16 (``precision``; ``auto`` follows the device)."""
+        return self.precision == "bf16" or (self.precision == "auto" and self.use_gpu)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,7 +1,7 @@
 """Typed training config → the DeepSpeed config dict, and the LR schedule.
 
 Produced at the edge, once per worker, from :class:`~d3ray.train.config.TrainConfig`
-(STYLE.md section 3). fp32 on CPU; bf16 on GPU. ``torch_adam`` avoids DeepSpeed op builds.
+(STYLE.md section 3). Precision from ``train.precision`` (``auto``: fp32 on CPU, bf16 on GPU). ``torch_adam`` avoids DeepSpeed op builds.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def deepspeed_config(cfg: TrainConfig) -> dict[str, Any]:
             },
         },
         "zero_optimization": zero,
-        "bf16": {"enabled": cfg.use_gpu},
+        "bf16": {"enabled": cfg.bf16},
         "fp16": {"enabled": False},
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
