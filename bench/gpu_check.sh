@@ -54,7 +54,8 @@ if [ "$MODE" = gpu ]; then
   DEVICE=cuda
   TRAIN=(model.preset=gpt2-124m model.attn_implementation=sdpa data.seq_len=512
     train.num_workers=$WORKERS train.gpus_per_worker=0.75 train.cpus_per_worker=2 train.zero_stage=3
-    train.global_batch_size=32 train.micro_batch_size=16 train.lr=6e-4 eval.max_sequences_per_domain=8)
+    train.global_batch_size=32 train.micro_batch_size=16 train.lr=6e-4 eval.max_sequences_per_domain=8
+    train.checkpoint_every_chunks=100)  # one checkpoint, at the end: not ~1.7 GB per chunk
   SKETCH=(schedule.influence.sketch.type=gaussian schedule.influence.sketch.k=3500
     schedule.influence.sample_fraction=0.25 schedule.solver_pool.num_cpus=1)
   D3=("${SKETCH[@]}" schedule.influence_num_gpus=0.25 schedule.influence_num_cpus=2)
@@ -66,7 +67,8 @@ else
   NGPU=0 WORKERS=2 DEVICE=cpu
   TRAIN=(model.preset=gpt2-tiny data.seq_len=64 data.tokenizer.vocab_size=512
     train.num_workers=2 train.cpus_per_worker=0.5 train.zero_stage=3
-    train.global_batch_size=8 train.micro_batch_size=2 train.warmup_steps=2 eval.max_sequences_per_domain=2)
+    train.global_batch_size=8 train.micro_batch_size=2 train.warmup_steps=2 eval.max_sequences_per_domain=2
+    train.checkpoint_every_chunks=100)
   SKETCH=(schedule.influence.sketch.type=gaussian schedule.influence.sketch.k=64
     schedule.influence.sample_fraction=0.25 schedule.solver_pool.num_cpus=1)
   D3=("${SKETCH[@]}")
