@@ -144,7 +144,9 @@ def cluster_problems(cfg: Any, node_gpus: Sequence[float]) -> list[str]:
     if total > have + 1e-9 or distinct > have + 1e-9:
         fix = ("set train.gpus_per_worker=0 to train on the CPU" if have == 0 else
                "lower train.num_workers or the GPU shares, or add GPU nodes")
-        problems.append(f"the run asks {max(total, distinct):g} GPUs ({asked}) but the cluster has {have:g}: {fix}")
+        need = max(total, distinct)
+        problems.append(f"the run asks {need:g} GPU{'' if need == 1 else 's'} ({asked}) but the cluster has "
+                        f"{have:g}: {fix}")
     elif per_trainer > max(node_gpus, default=0.0) + 1e-9:
         problems.append(f"train.gpus_per_worker={per_trainer:g} exceeds the GPUs of any one node "
                         f"({max(node_gpus, default=0.0):g}): a rank's GPUs must share a node; lower it")
