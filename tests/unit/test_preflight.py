@@ -117,7 +117,7 @@ def test_preflight_cluster_too_few_gpus_names_fields_and_counts():
 def test_preflight_cluster_gpu_run_on_cpu_cluster_suggests_cpu_training():
     cfg = config("--train.num_workers=1", "--train.gpus_per_worker=1")
     (problem,) = cluster_problems(cfg, [0.0])
-    assert "cluster has 0" in problem and "train.gpus_per_worker=0" in problem
+    assert "asks 1 GPU (" in problem and "cluster has 0" in problem and "train.gpus_per_worker=0" in problem
 
 
 def test_preflight_cluster_trainers_need_distinct_gpus():
