@@ -18,6 +18,7 @@ from d3ray.cli import main
 from d3ray.compare import build_plan, run_grid, write_report
 from d3ray.config_loading import load_config
 from d3ray.faults import FaultPlan, write_plan
+from d3ray.run_files import read_jsonl
 from tests.conftest import make_corpus
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -76,10 +77,22 @@ def test_compare_grid_reports_failures_and_rerun_skips_finished_runs(ray_cluster
     main_rows = {r["arm"]: r for r in rows if r["metric"] == "eval/mean_loss"}
     assert set(main_rows) == {"random", "sequential", "bad"}
     assert (main_rows["random"]["n"], main_rows["sequential"]["n"], main_rows["bad"]["n"]) == ("1", "2", "0")
-    assert main_rows["random"]["verdict"] == "baseline" and main_rows["random"]["best_baseline"] in ("True", "False")
+    assert main_rows["random"]["verdict"] == "baseline"
+    # the best baseline is the one with the lowest mean among the baselines that finished (both arms here)
+    assert {r["kind"] for r in main_rows.values()} == {"baseline"}
+    means = {a: float(r["mean"]) for a, r in main_rows.items() if r["n"] != "0"}
+    assert {a for a, r in main_rows.items() if r["best_baseline"] == "True"} == {min(means, key=means.get)}
     assert main_rows["sequential"]["verdict"] == "too few seeds"  # one pair: random-s1 failed
     assert {r["arm"] for r in rows if r["metric"] == "eval/mean_loss@equal_compute"} == {"random", "sequential", "bad"}
-    assert float(next(r for r in rows if r["metric"] == "compute/total_sec" and r["arm"] == "random")["mean"]) > 0
+    # random's compute (one finished seed, one worker, no scheduler actors): its steps' and waits' seconds from
+    # its own metrics.jsonl, at most the run's wall time
+    steps = [r for r in read_jsonl(runs / "random-s0" / "metrics.jsonl") if "train/loss" in r]
+    assert len(steps) == STEPS
+    total = float(next(r for r in rows if r["metric"] == "compute/total_sec" and r["arm"] == "random")["mean"])
+    assert total == pytest.approx(sum(r["time/step_sec"] + r["time/wait_sec"] for r in steps), abs=1e-5)
+    wall = next(float(r["seconds"]) for r in csv.DictReader(open(report / "runs.csv"))
+                if (r["arm"], r["seed"]) == ("random", "0"))
+    assert 0 < total < wall
     text = (report / "results.md").read_text()
     assert "random-s1" in text and "schedule.nonsense" in text and "## Verdicts" in text
     finished = {n: (runs / n / "final_metrics.json").stat().st_mtime_ns for n in ("random-s0", "sequential-s0", "sequential-s1")}
