@@ -35,6 +35,7 @@ COMMAND_MODULES = (
     "d3ray.schedule.command",
     "d3ray.tune.command",
     "d3ray.compare.command",
+    "d3ray.census.command",
     "d3ray.solver.command",
     "d3ray.data.command",
     "d3ray.export.command",

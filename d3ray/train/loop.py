@@ -85,6 +85,46 @@ def micro_weights(chunk, position: int, rows: slice, losses):
     return None
 
 
+def train_step(engine, batch, rows: slice, micro: int, device, weights_for) -> Any:
+    """One optimizer step of ``engine`` on the rows ``rows`` of the global batch ``batch`` (this rank's
+    share), in micro-batches of ``micro`` rows (the rows ``[k·micro, (k+1)·micro)`` from ``rows.start``):
+    per-sequence losses, the step loss (``weights_for(global_rows, losses)`` gives a micro-batch's loss
+    weights or None, see :func:`micro_weights`), ``engine.backward`` and ``engine.step`` per micro-batch
+    (DeepSpeed steps the optimizer at the accumulation boundary). Shared by the training loop and the
+    census (d3ray/census/), whose one-rank engine takes every row of the batch with the run's accumulation.
+
+    Returns:
+        (1 + n_rows,) float32 on ``device``: the mean of the micro-batch losses, then each row's token-mean loss.
+    """
+    import torch
+
+    from d3ray.data.labels import batch_width, lm_labels
+    from d3ray.lm_loss import sequence_losses, step_loss
+
+    n_rows = rows.stop - rows.start
+    labels_all = torch.as_tensor(lm_labels(batch.input_ids[rows], batch.n_tokens[rows],
+                                           None if batch.loss_mask is None else batch.loss_mask[rows]))
+    ids_all = torch.as_tensor(np.asarray(batch.input_ids[rows], dtype=np.int64))
+    # Per-sample losses and the step loss stay on the device until the one copy to the host per
+    # step (weighted or not, the same path: the weights are computed on the device too).
+    step_stats = torch.zeros(1 + n_rows, dtype=torch.float32, device=device)
+    n_mine = np.asarray(batch.n_tokens[rows])
+    for m in range(0, n_rows, micro):
+        width = batch_width(n_mine[m:m + micro])  # padded SFT rows: drop the padding columns
+        ids = ids_all[m:m + micro, :width].to(device)
+        labels = labels_all[m:m + micro, :width].to(device)
+        sums, counts = sequence_losses(engine(input_ids=ids).logits, labels)
+        seq_loss = (sums / counts.clamp(min=1.0)).detach()
+        step_stats[1 + m:1 + m + len(ids)] = seq_loss
+        first = rows.start + m
+        loss = step_loss(sums, counts, weights_for(slice(first, first + len(ids)), seq_loss))
+        engine.backward(loss)
+        engine.step()
+        step_stats[0] += loss.detach()
+    step_stats[0] /= -(-n_rows // micro)  # the mean of the micro-batch losses
+    return step_stats
+
+
 def harness_metrics(engine, tasks: list[Any], tokenizer_dir: str, rank: int, zero_stage: int) -> dict[str, float]:
     """``eval.tasks`` through lm-evaluation-harness on rank 0 (the other ranks wait; under ZeRO-3 every
     rank takes part in gathering the full parameters first)."""
@@ -116,9 +156,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     import torch.distributed as dist
 
     from d3ray import faults
-    from d3ray.data.labels import batch_width, lm_labels
     from d3ray.errors import UserError
-    from d3ray.lm_loss import sequence_losses, step_loss
     from d3ray.model import build_model
     from d3ray.run_files import route_logs_to_run_dir, stdout_to_log
     from d3ray.schedule.scheduler import ChunkFeedback
@@ -232,30 +270,10 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             step_start = time.perf_counter()
             batch = ray.get(pending)
             pending = chunk.batch_refs[p + 1] if p + 1 < chunk.steps else None
-            mine = slice(rank * per_rank, (rank + 1) * per_rank)
-            labels_all = torch.as_tensor(lm_labels(batch.input_ids[mine], batch.n_tokens[mine],
-                                                   None if batch.loss_mask is None else batch.loss_mask[mine]))
-            ids_all = torch.as_tensor(np.asarray(batch.input_ids[mine], dtype=np.int64))
             if plan.trainer_exit_at_step == state.step:
                 faults.exit_once(run_dir, f"trainer_exit_at_step_{state.step}", f"trainer rank 0 exits at step {state.step}")
-            # Per-sample losses and the step loss stay on the device until the one copy to the host per
-            # step below (weighted or not, the same path: the weights are computed on the device too).
-            step_stats = torch.zeros(1 + per_rank, dtype=torch.float32, device=device)
-            n_mine = np.asarray(batch.n_tokens[mine])
-            for m in range(0, per_rank, micro):
-                width = batch_width(n_mine[m:m + micro])  # padded SFT rows: drop the padding columns
-                ids = ids_all[m:m + micro, :width].to(device)
-                labels = labels_all[m:m + micro, :width].to(device)
-                sums, counts = sequence_losses(engine(input_ids=ids).logits, labels)
-                seq_loss = (sums / counts.clamp(min=1.0)).detach()
-                step_stats[1 + m:1 + m + len(ids)] = seq_loss
-                first = rank * per_rank + m
-                w = micro_weights(chunk, p, slice(first, first + len(ids)), seq_loss)
-                loss = step_loss(sums, counts, w)
-                engine.backward(loss)
-                engine.step()
-                step_stats[0] += loss.detach()
-            step_stats[0] /= -(-per_rank // micro)  # the mean of the micro-batch losses
+            step_stats = train_step(engine, batch, slice(rank * per_rank, (rank + 1) * per_rank), micro, device,
+                                    partial(micro_weights, chunk, p))
             if world > 1:  # one small collective: the step loss and every rank's per-sample losses
                 gathered = [torch.zeros_like(step_stats) for _ in range(world)]
                 step_stats = step_stats.to(collective_device())

@@ -1,0 +1,320 @@
+"""The census driver: a finished run's directory → branch results on disk (one small JSON per branch).
+
+    run dir ─► config.yaml, checkpoint_*/state.json (next_chunk, data cursor), schedule_log.jsonl (orders)
+       │  checks first (one-line UserError, before Ray starts): checkpoints exist, the chunks asked for lie
+       │  inside the run's stream, the run's schedule orders whole chunks, the --eval files exist
+       ▼
+    for each checkpoint K: the run's own stream from K's data cursor ─► chunks K .. K+N+T−1 (object store)
+       │  CensusWorker actors (each loads a checkpoint once, keeps it in memory):
+       │    orders(chunk)  ─► <out>/branches/k<K>/c<c>/orders.json   (S, D3's and the look-ahead's order)
+       │    branch(order)  ─► <out>/branches/k<K>/c<c>/<name>.json   (held-out losses after the chunk)
+       ▼
+    report.py rebuilds census.json, results.md and the plots from those files
+
+A rerun with the same options skips every branch (and every S) already on disk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from d3ray.census.orders import MAX_ALL_ORDERS_L, all_orders, census_orders, distinct_orders, random_orders
+from d3ray.config import RunConfig
+from d3ray.errors import DataPathError, UserError
+
+logger = logging.getLogger(__name__)
+
+ORDER_SCHEDULERS = ("d3", "random", "sequential")
+"""Schedulers whose decision is a permutation of the chunk's stream batches (no selection, re-batching,
+mixing or weights), so that any other order of the same batches is a counterfactual of the same chunk."""
+
+
+@dataclass(frozen=True)
+class CensusOptions:
+    """What to branch: which checkpoints, how many chunks after each, which orders."""
+
+    run_dir: Path
+    out: Path
+    checkpoints: list[int] | None = None
+    """Checkpoints by chunk (a checkpoint K holds the state before chunk K); None = ``num_checkpoints``
+    evenly spaced past ``warmup_chunks``."""
+    num_checkpoints: int = 3
+    warmup_chunks: int | None = None
+    """Chunks before the first automatic checkpoint (default: a quarter of the run's chunks)."""
+    chunks: int = 1
+    """N: chunks branched after each checkpoint (each from the checkpoint's state)."""
+    random_orders: int = 8
+    """R: seeded random orders per chunk (the reference distribution)."""
+    all_orders: bool = False
+    """Also every one of the L! orders (L <= 5)."""
+    lookahead: bool = True
+    """Also D3 with the exact look-ahead estimator (and its reverse and alternating orders)."""
+    persist: int = 0
+    """T: chunks trained after each branch in the run's own orders, then evaluated again."""
+    eval_files: list[str] = field(default_factory=list)
+    workers: int = 2
+    cpus_per_worker: float = 1.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What the census reads from the run directory."""
+
+    cfg: RunConfig
+    checkpoints: dict[int, Path]
+    """next_chunk → checkpoint directory (chunk-boundary checkpoints only)."""
+    run_orders: dict[int, tuple[int, ...]]
+    total_chunks: int
+    """Whole chunks the run trained: chunks 0 .. total_chunks − 1."""
+
+
+def load_run(run_dir: Path) -> RunInfo:
+    """The run's config, its chunk-boundary checkpoints and the orders it trained (schedule log).
+
+    Raises:
+        DataPathError: no such run directory, no ``config.yaml``, or no checkpoint.
+    """
+    from d3ray.config_loading import load_config
+    from d3ray.run_files import read_jsonl
+
+    run_dir = Path(run_dir).resolve()
+    if not (run_dir / "config.yaml").is_file():
+        raise DataPathError(f"{run_dir}: not a run directory (no config.yaml); pass the directory a pretrain wrote")
+    cfg = load_config(RunConfig, run_dir / "config.yaml")
+    cfg = dataclasses.replace(cfg, output_dir=str(run_dir.parent), name=run_dir.name)
+    checkpoints: dict[int, tuple[int, Path]] = {}
+    for state_file in sorted(run_dir.glob("checkpoint_*/state.json")):
+        state = json.loads(state_file.read_text())
+        if state.get("position", 0) != 0:
+            continue  # the run's end inside a chunk: not a chunk boundary
+        key = int(state["next_chunk"])
+        if key not in checkpoints or state["step"] > checkpoints[key][0]:
+            checkpoints[key] = (int(state["step"]), state_file.parent)
+    if not checkpoints:
+        raise DataPathError(f"{run_dir}: the run has no checkpoint at a chunk boundary (checkpoint_*/state.json); "
+                            "train with train.checkpoint_every_chunks and train.keep_checkpoints large enough")
+    log = run_dir / "schedule_log.jsonl"
+    run_orders = {int(r["chunk_id"]): tuple(int(i) for i in r["order"]) for r in read_jsonl(log)} if log.is_file() else {}
+    return RunInfo(cfg=cfg, checkpoints={k: v[1] for k, v in sorted(checkpoints.items())}, run_orders=run_orders,
+                   total_chunks=cfg.train.steps // cfg.schedule.L)
+
+
+def choose_checkpoints(available: list[int], total_chunks: int, chunks: int, persist: int,
+                       requested: list[int] | None, count: int, warmup: int | None) -> list[int]:
+    """The checkpoints K to branch from: ``requested`` (each must exist and leave K + chunks + persist
+    inside the run's stream), or ``count`` evenly spaced among those at or past ``warmup``.
+
+    Raises:
+        UserError: a requested checkpoint does not exist, or its chunks run past the end of the stream.
+    """
+    need = chunks + persist
+    if requested:
+        for K in requested:
+            if K not in available:
+                raise UserError(f"census: the run has no checkpoint at chunk {K} (it has {available}); "
+                                "pick one of those with --checkpoints")
+            if K + need > total_chunks:
+                raise UserError(f"census: chunks {K}..{K + need - 1} (checkpoint {K} + {chunks} chunks + {persist} "
+                                f"persist) run past the end of the run's stream (chunks 0..{total_chunks - 1})")
+        return sorted(set(requested))
+    start = total_chunks // 4 if warmup is None else warmup
+    fits = [K for K in available if K >= start and K + need <= total_chunks]
+    if not fits:
+        raise UserError(f"census: no checkpoint at or past chunk {start} leaves {need} chunks before the end of the "
+                        f"run's stream (chunks 0..{total_chunks - 1}; checkpoints at {available}); lower "
+                        "--chunks / --persist / --warmup-chunks or give --checkpoints")
+    picks = np.unique(np.round(np.linspace(0, len(fits) - 1, min(count, len(fits)))).astype(int))
+    return [fits[i] for i in picks]
+
+
+def check_inputs(info: RunInfo, options: CensusOptions) -> list[int]:
+    """Every check that needs no Ray and no training; the checkpoints to branch from."""
+    schedule = info.cfg.schedule
+    if schedule.type_name not in ORDER_SCHEDULERS:
+        raise UserError(f"census: the run's schedule.type={schedule.type_name} does not train its chunks as an order "
+                        f"of the stream's batches; the census branches runs of {', '.join(ORDER_SCHEDULERS)}")
+    for path in options.eval_files:
+        if not Path(path).is_file():
+            raise DataPathError(f"census: --eval {path}: no such file")
+    if options.all_orders and schedule.L > MAX_ALL_ORDERS_L:
+        raise UserError(f"census: --all-orders needs L <= {MAX_ALL_ORDERS_L} (the run's schedule.L={schedule.L})")
+    if options.chunks < 1 or options.random_orders < 2:
+        raise UserError("census: --chunks must be >= 1 and --random-orders >= 2 (a spread needs two)")
+    return choose_checkpoints(sorted(info.checkpoints), info.total_chunks, options.chunks, options.persist,
+                              options.checkpoints, options.num_checkpoints, options.warmup_chunks)
+
+
+def branch_dir(out: Path, checkpoint: int, chunk_id: int) -> Path:
+    return Path(out) / "branches" / f"k{checkpoint:05d}" / f"c{chunk_id:05d}"
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` to ``path`` atomically (a stopped census never leaves half a file to skip)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text()) if Path(path).is_file() else None
+
+
+def chunk_orders(options: CensusOptions, L: int, K: int, chunk_id: int, run_order: tuple[int, ...] | None,
+                 computed: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Name → order of one chunk's branches (see :func:`d3ray.census.orders.census_orders`)."""
+    return census_orders(
+        L, run=run_order, d3=computed.get("d3"), lookahead=computed.get("lookahead"),
+        random=random_orders(L, options.random_orders, options.seed, K, chunk_id),
+        every=all_orders(L) if options.all_orders else ())
+
+
+def branches_to_train(options: CensusOptions, info: RunInfo, K: int, chunk_id: int) -> list[tuple[tuple[int, ...], list[str]]]:
+    """The distinct orders of chunk ``chunk_id`` from checkpoint ``K`` with no branch file yet (a file
+    counts when it holds the same order under the same names); [((), [])] when S is not computed yet."""
+    bdir = branch_dir(options.out, K, chunk_id)
+    computed = read_json(bdir / "orders.json")
+    if computed is None:
+        return [((), [])]
+    named = chunk_orders(options, info.cfg.schedule.L, K, chunk_id, info.run_orders.get(chunk_id), computed)
+    todo = []
+    for order, names in distinct_orders(named):
+        done = read_json(bdir / f"{names[0]}.json")
+        if done is None or tuple(done["order"]) != order or sorted(done["names"]) != sorted(names):
+            todo.append((order, names))
+    return todo
+
+
+def stream_chunks(info: RunInfo, prepared: Any, K: int, count: int) -> list[Any]:
+    """Chunks K .. K+count−1 of the run's own stream, read from checkpoint K's data cursor (from the
+    start when the checkpoint has none)."""
+    from d3ray.schedule.stream import build_chunk_stream
+
+    cfg = info.cfg
+    state = json.loads((info.checkpoints[K] / "state.json").read_text())
+    cursor_info = state.get("schedule", {}).get("data_cursor")
+    cursor = cursor_info["cursor"] if cursor_info and int(cursor_info["chunk_id"]) == K else None
+    stream = build_chunk_stream(prepared.train_shards, prepared.data, str(prepared.tokenizer_dir),
+                                cfg.train.global_batch_size, cfg.schedule.window_batches(), cfg.schedule.shuffle_buffer,
+                                cfg.seed, prepared.sft, cursor=cursor)
+    out = []
+    try:
+        for chunk in stream:
+            if chunk.chunk_id >= K:
+                out.append(chunk)
+            if chunk.chunk_id >= K + count - 1:
+                break
+    finally:
+        stream.close()
+    if [c.chunk_id for c in out] != list(range(K, K + count)):
+        raise UserError(f"census: the run's stream ended before chunk {K + count - 1} "
+                        f"(it yielded chunks {[c.chunk_id for c in out]} from checkpoint {K})")
+    return out
+
+
+def run_census(options: CensusOptions) -> dict[str, Any]:
+    """Check, branch every (checkpoint, chunk, order) not on disk yet, and write the report."""
+    import ray
+    from ray.util import ActorPool
+
+    from d3ray.census.worker import BranchTask, CensusWorker, ChunkData
+    from d3ray.cluster import start_ray, worker_env
+    from d3ray.model import model_config_dict
+    from d3ray.schedule.order.configs import D3ScheduleConfig
+    from d3ray.train.prepare import load_eval_sets, prepare_data
+
+    info = load_run(options.run_dir)
+    Ks = check_inputs(info, options)
+    cfg = info.cfg
+    cfg_eval = dataclasses.replace(cfg, eval=dataclasses.replace(
+        cfg.eval, ood_text_paths=[*cfg.eval.ood_text_paths, *(str(Path(p).resolve()) for p in options.eval_files)]))
+    prepared = prepare_data(cfg)
+    eval_sets = load_eval_sets(cfg_eval, prepared)
+    if not eval_sets:
+        raise UserError(f"census: the run {options.run_dir} has no held-out sets (data.validation_paths, "
+                        "eval.ood_text_paths) and no --eval file was given: nothing to measure the branches on")
+    model_config = model_config_dict(cfg.model, prepared.vocab_size, prepared.data.seq_len, prepared.eos_id)
+    d3 = cfg.schedule if isinstance(cfg.schedule, D3ScheduleConfig) else D3ScheduleConfig(L=cfg.schedule.L)
+    snapshot_dtype = d3.snapshot_dtype if isinstance(cfg.schedule, D3ScheduleConfig) else "float32"
+    L = cfg.schedule.L
+    options.out.mkdir(parents=True, exist_ok=True)
+    if not any(branches_to_train(options, info, K, c) for K in Ks for c in range(K, K + options.chunks)):
+        print(f"census: every branch of {len(Ks)} checkpoints × {options.chunks} chunks is in {options.out} already",
+              flush=True)
+        return {"checkpoints": Ks, "L": L, "trained": 0}
+    env = worker_env(cfg)
+    owns_ray = start_ray(cfg.ray, env)
+    try:
+        eval_ref = [ray.put(eval_sets)]
+        remote = ray.remote(CensusWorker).options(num_cpus=options.cpus_per_worker, runtime_env={"env_vars": env},
+                                                  num_gpus=cfg.train.gpus_per_worker if cfg.train.use_gpu else 0)
+        actors = [remote.remote(cfg, model_config, eval_ref) for _ in range(max(1, options.workers))]
+        pool = ActorPool(actors)
+        data: dict[tuple[int, int], ChunkData] = {}
+        for K in Ks:
+            chunks = stream_chunks(info, prepared, K, options.chunks + options.persist)
+            for chunk in chunks:
+                if chunk.size != L:
+                    raise UserError(f"census: chunk {chunk.chunk_id} holds {chunk.size} batches, not L={L} (the end "
+                                    "of a data epoch); pick other checkpoints")
+                data[(K, chunk.chunk_id)] = ChunkData(chunk.chunk_id, [ray.put(b) for b in chunk.batches],
+                                                      info.run_orders.get(chunk.chunk_id, tuple(range(L))))
+        # S and D3's orders of every branched chunk, at its checkpoint's weights.
+        wanted = [(K, c) for K in Ks for c in range(K, K + options.chunks)
+                  if read_json(branch_dir(options.out, K, c) / "orders.json") is None]
+        for computed in pool.map_unordered(
+                lambda a, kc: a.orders.remote(str(info.checkpoints[kc[0]]), data[kc], d3.influence, d3.solver,
+                                              d3.solver_seed, snapshot_dtype, options.lookahead), wanted):
+            K = next(k for k in Ks if str(info.checkpoints[k]) == computed["checkpoint"])
+            write_json(branch_dir(options.out, K, computed["chunk_id"]) / "orders.json", computed)
+        # The branches not on disk yet.
+        tasks = []
+        for K in Ks:
+            for c in range(K, K + options.chunks):
+                for order, names in branches_to_train(options, info, K, c):
+                    compare = None
+                    if "run" in names and c == K and (c + 1) in info.checkpoints:
+                        compare = str(info.checkpoints[c + 1])
+                    persist = tuple(data[(K, c + 1 + t)] for t in range(options.persist))
+                    tasks.append(BranchTask(checkpoint=str(info.checkpoints[K]), chunk=data[(K, c)], order=order,
+                                            names=tuple(names), persist=persist, compare_to=compare))
+        print(f"census: {len(Ks)} checkpoints × {options.chunks} chunks, {len(tasks)} branches to train "
+              f"on {len(actors)} workers", flush=True)
+        by_key = {(t.checkpoint, t.chunk.chunk_id, t.order): t for t in tasks}
+        done_count = 0
+        for result in pool.map_unordered(lambda a, t: a.branch.remote(t), tasks):
+            task = by_key[(result["checkpoint"], result["chunk_id"], tuple(result["order"]))]
+            K = next(k for k in Ks if str(info.checkpoints[k]) == task.checkpoint)
+            result["checkpoint_chunk"] = K
+            write_json(branch_dir(options.out, K, task.chunk.chunk_id) / f"{task.names[0]}.json", result)
+            done_count += 1
+            if result["status"] != "ok":
+                print(f"branch {task.names[0]} of chunk {task.chunk.chunk_id} failed: {result.get('reason')}", flush=True)
+            if done_count % 10 == 0 or done_count == len(tasks):
+                print(f"census: {done_count}/{len(tasks)} branches", flush=True)
+        for actor in actors:
+            ray.kill(actor)
+    finally:
+        if owns_ray:
+            ray.shutdown()
+    return {"checkpoints": Ks, "L": L, "trained": done_count}
+
+
+def mean_loss(result: dict[str, Any], key: str = "eval") -> float:
+    """The branch's mean held-out loss (NaN for a failed branch)."""
+    if result.get("status") != "ok":
+        return float("nan")
+    value = result.get(key, {}).get("mean_loss")
+    if value is None:  # only ood sets: their mean
+        losses = [v for k, v in result.get(key, {}).items() if k.endswith("/loss")]
+        value = float(np.mean(losses)) if losses else float("nan")
+    return float(value) if value is not None and math.isfinite(value) else float("nan")

@@ -1,0 +1,80 @@
+"""``d3ray census RUN_DIR --out DIR``: counterfactual chunks of a finished run (d3ray/census/README.md).
+
+    d3ray census runs/tiny --out /tmp/census --checkpoints 4,8 --chunks 2 --random-orders 8
+
+Re-running the same command skips the branches already in ``--out`` and rebuilds the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+
+def _chunk_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--checkpoints {text!r}: chunk numbers separated by commas, e.g. 4,8") from None
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "census",
+        help="train the chunks after a run's checkpoints again in many orders: does order matter, does D3's help?",
+        description="From checkpoints of a finished run (d3, random or sequential schedule), train each of the next "
+        "chunks of the run's own stream from the same full state (weights, AdamW moments, LR position, RNG) in many "
+        "orders: D3 (the run's estimator and solver), the exact look-ahead D3, the reverse and alternating order of "
+        "each, the stream order, the run's own order and R seeded random orders; then compare their held-out losses. "
+        "Writes <out>/results.md, census.json, one PNG per checkpoint and one JSON per branch (a rerun skips those).",
+    )
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (config.yaml, checkpoint_*/, schedule_log.jsonl)")
+    parser.add_argument("--out", required=True, help="output directory (branch files and the report)")
+    parser.add_argument("--checkpoints", type=_chunk_list, default=None,
+                        help="checkpoints by chunk (K = the state before chunk K), e.g. 4,8; default: "
+                        "--num-checkpoints evenly spaced past --warmup-chunks")
+    parser.add_argument("--num-checkpoints", type=int, default=3, help="automatic checkpoints (default 3)")
+    parser.add_argument("--warmup-chunks", type=int, default=None,
+                        help="no automatic checkpoint before this chunk (default: a quarter of the run)")
+    parser.add_argument("--chunks", type=int, default=1, help="N: chunks branched after each checkpoint (default 1)")
+    parser.add_argument("--random-orders", type=int, default=8, help="R: seeded random orders per chunk (default 8)")
+    parser.add_argument("--all-orders", action="store_true", help="also all L! orders (L <= 5): D3's regret")
+    parser.add_argument("--no-lookahead", action="store_true", help="skip D3 with the exact look-ahead estimator")
+    parser.add_argument("--persist", type=int, default=0,
+                        help="T: also evaluate after T more chunks (the run's orders) shared by all branches")
+    parser.add_argument("--eval", action="append", default=[], metavar="FILE",
+                        help="an extra held-out text file (one document a line; repeatable)")
+    parser.add_argument("--workers", type=int, default=2, help="census actors, each a one-rank engine (default 2)")
+    parser.add_argument("--cpus-per-worker", type=float, default=1.0, help="Ray CPUs per census actor (default 1)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random orders (default 0)")
+    parser.add_argument("--report-only", action="store_true", help="train nothing; rebuild the report from --out")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from d3ray.census.census import CensusOptions, check_inputs, load_run, run_census
+    from d3ray.census.report import write_report
+
+    options = CensusOptions(
+        run_dir=Path(args.run_dir), out=Path(args.out), checkpoints=args.checkpoints,
+        num_checkpoints=args.num_checkpoints, warmup_chunks=args.warmup_chunks, chunks=args.chunks,
+        random_orders=args.random_orders, all_orders=args.all_orders, lookahead=not args.no_lookahead,
+        persist=args.persist, eval_files=list(args.eval), workers=args.workers, cpus_per_worker=args.cpus_per_worker,
+        seed=args.seed)
+    info = load_run(options.run_dir)
+    if args.report_only:
+        checkpoints = check_inputs(info, options)
+    else:
+        checkpoints = run_census(options)["checkpoints"]
+    command = " ".join(shlex.quote(a) for a in ["d3ray", *sys.argv[1:]]) if sys.argv[1:2] == ["census"] else \
+        " ".join(shlex.quote(a) for a in ["d3ray", "census", args.run_dir, "--out", args.out])
+    setup = {"run_dir": str(options.run_dir), "schedule": info.cfg.schedule.type_name, "L": info.cfg.schedule.L,
+             "checkpoints": checkpoints, "chunks": options.chunks, "random_orders": options.random_orders,
+             "all_orders": options.all_orders, "lookahead": options.lookahead, "persist": options.persist,
+             "eval_files": options.eval_files}
+    report = write_report(options.out, command, setup)
+    failed = sum(len(c["eval"]["failed"]) for c in report["chunks"].values())
+    print(f"census report: {options.out / 'results.md'}{f' ({failed} failed branches)' if failed else ''}")
+    return 0

@@ -1,0 +1,225 @@
+"""The census report, rebuilt from the branch files alone: ``census.json``, ``results.md``, one PNG per
+checkpoint.
+
+Per chunk (metric: the mean held-out loss over the run's in-domain eval sets, lower is better):
+the sd of the R random orders' losses (how much order matters here), each marked order's z-score
+against them and its rank among them (1 = better than every random order); the correlation, over every
+branch of the chunk, between the solver's objective of the order (``ordering_cost`` on the chunk's S:
+the backward positive weight D3 minimises) and the held-out loss; with all L! orders, D3's regret
+against the best one. Across chunks: each marked order's mean z with a 95% t-interval and the share of
+chunks where it beats the median random order.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from d3ray.census.census import mean_loss, read_json
+from d3ray.census.stats import beats_median, pearson, rank_among, spearman, t_interval, z_score
+
+MARKED = ("d3", "d3_reverse", "d3_alternate", "lookahead", "lookahead_reverse", "lookahead_alternate", "stream", "run")
+"""The orders the report scores against the random ones (those a chunk has)."""
+
+
+def collect(out: Path) -> dict[tuple[int, int], dict[str, Any]]:
+    """(checkpoint, chunk) → ``{"orders": orders.json, "branches": name → branch result}`` from ``out``."""
+    found: dict[tuple[int, int], dict[str, Any]] = {}
+    for cdir in sorted(Path(out).glob("branches/k*/c*")):
+        key = (int(cdir.parent.name[1:]), int(cdir.name[1:]))
+        branches: dict[str, Any] = {}
+        for f in sorted(cdir.glob("*.json")):
+            if f.name == "orders.json":
+                continue
+            result = json.loads(f.read_text())
+            for name in result["names"]:
+                branches[name] = result
+        found[key] = {"orders": read_json(cdir / "orders.json") or {}, "branches": branches}
+    return found
+
+
+def chunk_summary(entry: dict[str, Any], key: str = "eval") -> dict[str, Any]:
+    """The per-chunk statistics of one chunk's branches (see the module docstring)."""
+    from d3ray.solver import ordering_cost
+
+    branches = entry["branches"]
+    losses = {name: mean_loss(r, key) for name, r in branches.items()}
+    random = [v for n, v in losses.items() if n.startswith("random_")]
+    out: dict[str, Any] = {
+        "losses": losses,
+        "random_mean": float(np.nanmean(random)) if random else float("nan"),
+        "random_sd": float(np.nanstd(random, ddof=1)) if len(random) > 1 else float("nan"),
+        "random_n": int(np.isfinite(random).sum()),
+        "failed": sorted(n for n, r in branches.items() if r.get("status") != "ok"),
+        "marked": {},
+    }
+    for name in MARKED:
+        if name in losses:
+            v = losses[name]
+            out["marked"][name] = {"loss": v, "z": z_score(v, random), "rank": rank_among(v, random),
+                                   "beats_median": beats_median(v, random)}
+    distinct = {tuple(r["order"]): mean_loss(r, key) for r in branches.values()}
+    for label, s_key in (("objective", "S"), ("lookahead_objective", "lookahead_S")):
+        S = entry["orders"].get(s_key)
+        if S is None or not distinct:
+            continue
+        S = np.asarray(S, dtype=np.float64)
+        if not np.isfinite(S).all():
+            continue
+        costs = [ordering_cost(S, np.asarray(o)) for o in distinct]
+        out[label] = {"pearson": pearson(costs, list(distinct.values())),
+                      "spearman": spearman(costs, list(distinct.values())), "n": len(costs)}
+    perms = [v for n, v in losses.items() if n.startswith("perm_")]
+    if perms and "d3" in losses:
+        out["d3_regret"] = losses["d3"] - float(np.nanmin(perms))
+    return out
+
+
+def across_chunks(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each marked order's mean z with its 95% t-interval and share of chunks beating the median random
+    order; the mean random sd; the mean objective correlations."""
+    out: dict[str, Any] = {"chunks": len(summaries),
+                           "mean_random_sd": float(np.nanmean([s["random_sd"] for s in summaries])) if summaries else float("nan")}
+    for name in MARKED:
+        zs = [s["marked"][name]["z"] for s in summaries if name in s["marked"]]
+        if not zs:
+            continue
+        mean, lo, hi = t_interval(zs)
+        wins = [s["marked"][name]["beats_median"] for s in summaries if name in s["marked"]]
+        out[name] = {"mean_z": mean, "ci_low": lo, "ci_high": hi, "n": len(zs),
+                     "share_beats_median": float(np.mean(wins))}
+    for label in ("objective", "lookahead_objective"):
+        rs = [s[label]["pearson"] for s in summaries if label in s]
+        if rs:
+            mean, lo, hi = t_interval(rs)
+            out[label] = {"mean_pearson": mean, "ci_low": lo, "ci_high": hi, "n": len(rs),
+                          "mean_spearman": float(np.nanmean([s[label]["spearman"] for s in summaries if label in s]))}
+    return out
+
+
+def _f(x: Any, digits: int = 4) -> str:
+    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{digits}f}"
+
+
+def write_report(out: Path, command: str, setup: dict[str, Any]) -> dict[str, Any]:
+    """Write ``census.json``, ``results.md`` and ``k<K>.png`` under ``out`` from the branch files."""
+    out = Path(out)
+    entries = collect(out)
+    keys = sorted(entries)
+    metrics = ["eval"] + (["persist_eval"] if setup.get("persist") else [])
+    report: dict[str, Any] = {"command": command, "setup": setup, "chunks": {}, "summary": {}, "reproduction": []}
+    for metric in metrics:
+        summaries = []
+        for K, c in keys:
+            summary = chunk_summary(entries[(K, c)], metric)
+            report["chunks"].setdefault(f"{K}/{c}", {})[metric] = summary
+            summaries.append(summary)
+        report["summary"][metric] = across_chunks(summaries)
+    for (K, c), entry in sorted(entries.items()):
+        for name, result in entry["branches"].items():
+            if name == "run" and "reproduction" in result:
+                r = result["reproduction"]
+                report["reproduction"].append({"from_checkpoint": K, "chunk": c, "against": r["checkpoint"],
+                                               "max_abs_diff": r["max_abs_diff"], "close": r["close"],
+                                               "tensors": r["tensors"]})
+    (out / "census.json").write_text(json.dumps(report, indent=1))
+    plots = plot_checkpoints(out, entries)
+    (out / "results.md").write_text(markdown(report, plots))
+    return report
+
+
+def plot_checkpoints(out: Path, entries: dict[tuple[int, int], dict[str, Any]]) -> list[str]:
+    """Per checkpoint: each chunk's random-order losses (dots, relative to their median) with D3, its
+    reverse, the alternating order, the look-ahead's D3 and the stream and run orders marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    styles = {"d3": ("tab:red", "o"), "d3_reverse": ("tab:blue", "v"), "d3_alternate": ("tab:green", "s"),
+              "lookahead": ("tab:purple", "D"), "stream": ("black", "x"), "run": ("tab:orange", "+")}
+    names = []
+    for K in sorted({k for k, _ in entries}):
+        chunks = sorted(c for k, c in entries if k == K)
+        fig, ax = plt.subplots(figsize=(max(5.0, 0.45 * len(chunks) + 2.5), 4.0))
+        for x, c in enumerate(chunks):
+            losses = {n: mean_loss(r) for n, r in entries[(K, c)]["branches"].items()}
+            random = np.asarray([v for n, v in losses.items() if n.startswith("random_") or n.startswith("perm_")])
+            mid = float(np.nanmedian(random)) if len(random) else 0.0
+            ax.scatter(np.full(len(random), x), random - mid, s=10, color="0.6", zorder=1,
+                       label="random orders" if x == 0 else None)
+            for name, (color, marker) in styles.items():
+                if name in losses:
+                    ax.scatter([x + 0.15], [losses[name] - mid], color=color, marker=marker, s=36, zorder=2,
+                               label=name if x == 0 else None)
+        ax.axhline(0.0, color="0.8", lw=0.8, zorder=0)
+        ax.set_xticks(range(len(chunks)), [str(c) for c in chunks], fontsize=7)
+        ax.set_xlabel("chunk")
+        ax.set_ylabel("held-out mean loss − median of random orders (nats)")
+        ax.set_title(f"checkpoint {K}: one chunk trained in many orders (lower is better)", fontsize=9)
+        ax.legend(fontsize=7, loc="best")
+        fig.tight_layout()
+        name = f"k{K:05d}.png"
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        names.append(name)
+    return names
+
+
+def markdown(report: dict[str, Any], plots: list[str]) -> str:
+    """results.md: the command, the setup, the verdict table across chunks, per-chunk rows."""
+    setup = report["setup"]
+    lines = [f"```\n{report['command']}\n```", "",
+             "# Census: counterfactual chunks", "",
+             f"Run `{setup['run_dir']}` (schedule `{setup['schedule']}`, L = {setup['L']}): checkpoints "
+             f"{setup['checkpoints']}, {setup['chunks']} chunk(s) after each, {setup['random_orders']} random orders"
+             f"{', all L! orders' if setup.get('all_orders') else ''}{', persist ' + str(setup['persist']) + ' chunks' if setup.get('persist') else ''}. "
+             "Metric: mean held-out loss over the run's in-domain eval sets after the branch (nats, lower is better). "
+             "z < 0: better than the mean random order; rank 1: better than every random order.", ""]
+    for metric, summary in report["summary"].items():
+        title = "after the branched chunk" if metric == "eval" else f"after {setup.get('persist')} more shared chunks"
+        lines += [f"## Across chunks ({title})", "",
+                  f"{summary['chunks']} chunks; mean sd of the held-out loss over random orders: "
+                  f"{_f(summary['mean_random_sd'], 5)} nats (how much order matters here).", "",
+                  "| order | mean z | 95% CI | beats median random | chunks |", "|---|---|---|---|---|"]
+        for name in MARKED:
+            if name in summary:
+                s = summary[name]
+                lines.append(f"| {name} | {_f(s['mean_z'], 2)} | [{_f(s['ci_low'], 2)}, {_f(s['ci_high'], 2)}] | "
+                             f"{s['share_beats_median']:.0%} | {s['n']} |")
+        for label, what in (("objective", "D3's objective (ordering_cost on the run estimator's S)"),
+                            ("lookahead_objective", "the exact look-ahead's objective")):
+            if label in summary:
+                s = summary[label]
+                lines += ["", f"Correlation over every branch of a chunk between {what} and the held-out loss: "
+                              f"mean Pearson {_f(s['mean_pearson'], 2)} (95% CI [{_f(s['ci_low'], 2)}, "
+                              f"{_f(s['ci_high'], 2)}], {s['n']} chunks), mean Spearman {_f(s['mean_spearman'], 2)}. "
+                              "Positive = orders with a lower objective gave a lower loss."]
+        lines.append("")
+    if report["reproduction"]:
+        lines += ["## Reproduction check", "",
+                  "The run's own order from checkpoint K against the run's checkpoint K + 1 (weights):", ""]
+        for r in report["reproduction"]:
+            lines.append(f"- from checkpoint {r['from_checkpoint']}, chunk {r['chunk']} (against `{r['against']}`): max |Δθ| = {r['max_abs_diff']:.3g}, "
+                         f"{'close' if r['close'] else 'NOT close'} at float32 tolerance (rtol 1.3e-6, atol 1e-5)")
+        lines.append("")
+    lines += ["## Per chunk", "",
+              "| checkpoint/chunk | random mean | random sd | d3 z (rank) | reverse z (rank) | alternate z (rank) | "
+              "lookahead z (rank) | objective r | failed |", "|---|---|---|---|---|---|---|---|---|"]
+    for key, by_metric in report["chunks"].items():
+        s = by_metric["eval"]
+
+        def cell(name: str, s: dict[str, Any] = s) -> str:
+            m = s["marked"].get(name)
+            return "-" if m is None else f"{_f(m['z'], 2)} ({m['rank']}/{s['random_n'] + 1})"
+
+        lines.append(f"| {key} | {_f(s['random_mean'])} | {_f(s['random_sd'], 5)} | {cell('d3')} | {cell('d3_reverse')} | "
+                     f"{cell('d3_alternate')} | {cell('lookahead')} | {_f(s.get('objective', {}).get('pearson'), 2)} | "
+                     f"{', '.join(s['failed']) or '-'} |")
+    lines.append("")
+    lines += [f"![{p}]({p})" for p in plots]
+    return "\n".join(lines) + "\n"

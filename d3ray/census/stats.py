@@ -1,0 +1,74 @@
+"""The census's statistics: pure functions on held-out losses (lower is better).
+
+Per chunk, the R random orders are the reference distribution of "an order": its sd is how much the
+order matters here; a named order (D3, its reverse, the alternating one) gets a z-score against it and
+a rank among it. Across chunks the z-scores get a t-interval, and per chunk the solver's objective of
+every order is correlated with its held-out loss (does the objective predict the outcome?).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def _finite(values: Sequence[float]) -> np.ndarray:
+    x = np.asarray(values, dtype=np.float64)
+    return x[np.isfinite(x)]
+
+
+def z_score(value: float, reference: Sequence[float]) -> float:
+    """(value − mean) / sd of ``reference`` (sample sd, ddof 1); NaN when the sd is 0 or undefined."""
+    ref = _finite(reference)
+    if len(ref) < 2 or not math.isfinite(value):
+        return float("nan")
+    sd = float(ref.std(ddof=1))
+    return (value - float(ref.mean())) / sd if sd > 0 else float("nan")
+
+
+def rank_among(value: float, reference: Sequence[float]) -> int:
+    """1 + the number of ``reference`` values strictly below ``value``: 1 = no reference order did better
+    (the best possible rank), len(reference) + 1 = every one did."""
+    return 1 + int((_finite(reference) < value).sum())
+
+
+def beats_median(value: float, reference: Sequence[float]) -> bool:
+    """Whether ``value`` is strictly below the median of ``reference``."""
+    ref = _finite(reference)
+    return bool(len(ref) and value < float(np.median(ref)))
+
+
+def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): the Student-t interval of the mean of ``values`` (non-finite ones dropped);
+    low = high = NaN for fewer than two values."""
+    from scipy import stats
+
+    x = _finite(values)
+    if len(x) == 0:
+        return float("nan"), float("nan"), float("nan")
+    mean = float(x.mean())
+    if len(x) < 2:
+        return mean, float("nan"), float("nan")
+    half = float(stats.t.ppf(0.5 + confidence / 2, len(x) - 1)) * float(x.std(ddof=1)) / math.sqrt(len(x))
+    return mean, mean - half, mean + half
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> float:
+    """Pearson correlation over the pairs where both are finite; NaN with < 3 pairs or a constant side."""
+    a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    keep = np.isfinite(a) & np.isfinite(b)
+    a, b = a[keep], b[keep]
+    if len(a) < 3 or a.std() == 0 or b.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman rank correlation (Pearson on average ranks; ties share their mean rank)."""
+    from scipy.stats import rankdata
+
+    a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    keep = np.isfinite(a) & np.isfinite(b)
+    return pearson(rankdata(a[keep]), rankdata(b[keep]))

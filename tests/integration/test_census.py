@@ -1,0 +1,74 @@
+"""``d3ray census`` end to end on a real tiny run: the run's own order from checkpoint 1 reproduces the
+run's checkpoint 2 (2 DeepSpeed ranks there, one rank with gradient accumulation here); the orders
+differ in outcome; a rerun trains nothing; bad input stops before training with one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from d3ray.cli import main
+from d3ray.config import RunConfig
+from d3ray.config_loading import load_config
+from d3ray.run_files import read_jsonl
+from tests.conftest import make_corpus
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return make_corpus(tmp_path_factory.mktemp("corpus"), seed=3, train_docs=300, validation_docs=40, train_shards=2)
+
+
+def test_census_random_run_own_order_reproduces_next_checkpoint_and_rerun_skips(ray_cluster, corpus, tmp_path, capsys):
+    from d3ray.train.run import run_pretrain
+
+    data_dir, tokenizer = corpus
+    cfg = load_config(RunConfig, None, [
+        "--name=run", f"--output_dir={tmp_path}", f"--data.train_paths=[{data_dir / 'train'}]",
+        f"--data.validation_paths=[{data_dir / 'validation'}]", f"--data.tokenizer.path={tokenizer}",
+        "--data.seq_len=64", "--train.steps=8", "--train.global_batch_size=8", "--train.micro_batch_size=2",
+        "--train.num_workers=2", "--train.zero_stage=0", "--train.warmup_steps=2", "--train.eval_every=0",
+        "--train.keep_checkpoints=5", "--schedule.type=random", "--schedule.L=4", "--eval.max_sequences_per_domain=2",
+    ])
+    run_pretrain(cfg)
+    run_dir, out = tmp_path / "run", tmp_path / "census"
+    args = ["census", str(run_dir), "--out", str(out), "--checkpoints", "1", "--random-orders", "2", "--workers", "1"]
+
+    assert main(args) == 0
+    report = json.loads((out / "census.json").read_text())
+    [repro] = report["reproduction"]
+    assert repro["from_checkpoint"] == 1 and repro["chunk"] == 1 and repro["tensors"] > 0
+    assert repro["close"], f"the run's own order drifted from the run's next checkpoint: max |Δθ| {repro['max_abs_diff']}"
+    run_order = next(r["order"] for r in read_jsonl(run_dir / "schedule_log.jsonl") if r["chunk_id"] == 1)
+    branches = {p.stem: json.loads(p.read_text()) for p in (out / "branches" / "k00001" / "c00001").glob("*.json")}
+    assert branches["run"]["order"] == run_order
+    losses = {n: b["eval"]["mean_loss"] for n, b in branches.items() if n != "orders"}
+    assert len(set(losses.values())) > 1, f"every order gave the same held-out loss: {losses}"
+    summary = report["chunks"]["1/1"]["eval"]
+    assert summary["random_n"] == 2 and summary["random_sd"] > 0 and "d3" in summary["marked"]
+    assert (out / "results.md").read_text().startswith("```\nd3ray census")
+    assert (out / "k00001.png").stat().st_size > 0
+
+    mtimes = {p: p.stat().st_mtime_ns for p in out.glob("branches/*/*/*.json")}
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "already" in capsys.readouterr().out
+    assert {p: p.stat().st_mtime_ns for p in out.glob("branches/*/*/*.json")} == mtimes
+
+    # Bad input: one line, exit code 2, nothing trained.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(run_dir / "config.yaml", bare / "config.yaml")
+    for bad, words in ((["census", str(run_dir), "--out", str(tmp_path / "x"), "--checkpoints", "1", "--chunks", "2"],
+                        "past the end of the run's stream"),
+                       (["census", str(run_dir), "--out", str(tmp_path / "x"), "--eval", str(tmp_path / "none.txt")],
+                        "no such file"),
+                       (["census", str(bare), "--out", str(tmp_path / "x")], "no checkpoint")):
+        assert main(bad) == 2
+        err = capsys.readouterr().err
+        assert words in err and err.count("\n") == 2, err  # the error line and the --debug hint
+    assert not (tmp_path / "x" / "branches").exists()

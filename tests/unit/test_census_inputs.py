@@ -1,0 +1,71 @@
+"""Which checkpoints a census branches from, and the input it refuses (before any Ray or training)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from d3ray.census.census import CensusOptions, check_inputs, choose_checkpoints, load_run
+from d3ray.config import RunConfig
+from d3ray.config_loading import load_config, to_dict
+from d3ray.errors import UserError
+
+
+def test_choose_checkpoints_requested_inside_stream_kept_sorted():
+    assert choose_checkpoints([0, 2, 4, 6], total_chunks=8, chunks=2, persist=0, requested=[4, 2], count=3,
+                              warmup=None) == [2, 4]
+
+
+def test_choose_checkpoints_past_end_or_missing_raise_naming_them():
+    with pytest.raises(UserError, match=r"chunks 6\.\.8 .* past the end .*\(chunks 0\.\.7\)"):
+        choose_checkpoints([0, 2, 4, 6], total_chunks=8, chunks=2, persist=1, requested=[6], count=3, warmup=None)
+    with pytest.raises(UserError, match=r"no checkpoint at chunk 3 \(it has \[0, 2, 4, 6\]\)"):
+        choose_checkpoints([0, 2, 4, 6], total_chunks=8, chunks=1, persist=0, requested=[3], count=3, warmup=None)
+
+
+def test_choose_checkpoints_automatic_evenly_spaced_past_warmup():
+    # warm-up 8 of 32 chunks (a quarter); the checkpoints that leave 2 chunks: 8, 10, ..., 30 → ends and middle
+    available = list(range(0, 33, 2))
+    assert choose_checkpoints(available, total_chunks=32, chunks=2, persist=0, requested=None, count=3,
+                              warmup=None) == [8, 20, 30]
+    assert choose_checkpoints(available, total_chunks=32, chunks=2, persist=0, requested=None, count=1,
+                              warmup=30) == [30]
+    with pytest.raises(UserError, match="no checkpoint at or past chunk 31"):
+        choose_checkpoints(available, total_chunks=32, chunks=2, persist=0, requested=None, count=3, warmup=31)
+
+
+def write_run(root, overrides, checkpoints):
+    cfg = load_config(RunConfig, None, overrides)
+    root.mkdir(parents=True)
+    import yaml
+
+    (root / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    for i, next_chunk in enumerate(checkpoints):
+        d = root / f"checkpoint_{i}"
+        d.mkdir()
+        (d / "state.json").write_text(json.dumps({"step": next_chunk * cfg.schedule.L, "next_chunk": next_chunk,
+                                                  "position": 0, "tokens": 0, "schedule": {}}))
+    return root
+
+
+def test_load_run_without_checkpoint_refused_in_one_line(tmp_path):
+    run = write_run(tmp_path / "run", ["--schedule.type=random", "--schedule.L=4"], [])
+    with pytest.raises(UserError, match="no checkpoint at a chunk boundary"):
+        load_run(run)
+    with pytest.raises(UserError, match="not a run directory"):
+        load_run(tmp_path)
+
+
+def test_check_inputs_mixer_run_missing_eval_file_and_large_all_orders_refused(tmp_path):
+    run = write_run(tmp_path / "mix", ["--schedule.type=odm", "--schedule.L=4", "--train.steps=16"], [1, 2])
+    with pytest.raises(UserError, match="schedule.type=odm"):
+        check_inputs(load_run(run), CensusOptions(run_dir=run, out=tmp_path / "o"))
+    run = write_run(tmp_path / "rand", ["--schedule.type=random", "--schedule.L=8", "--train.steps=32"], [1, 2])
+    info = load_run(run)
+    assert info.total_chunks == 4 and sorted(info.checkpoints) == [1, 2]
+    with pytest.raises(UserError, match="missing.txt: no such file"):
+        check_inputs(info, CensusOptions(run_dir=run, out=tmp_path / "o", eval_files=[str(tmp_path / "missing.txt")]))
+    with pytest.raises(UserError, match="L <= 5"):
+        check_inputs(info, CensusOptions(run_dir=run, out=tmp_path / "o", all_orders=True))
+    assert check_inputs(info, CensusOptions(run_dir=run, out=tmp_path / "o", checkpoints=[2], chunks=2)) == [2]
