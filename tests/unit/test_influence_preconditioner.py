@@ -45,10 +45,13 @@ def test_plain_step_reproduces_the_numbers_from_before_the_registry():
     """S and A of every estimator (and the look-ahead A) as the code computed them before the estimator
     registry and the preconditioner existed (tests/unit/data/influence_before_registry.npz, written by
     that code at commit 54e2363 with one torch thread, as tests/conftest.py runs every test), from the
-    same weights, batches and seeds: bit for bit. Within one install: a release of transformers, numpy
-    or torch that sums in another order moves old and new code alike (2026-12-02, transformers 5.24.0,
-    numpy 2.4.6, torch 2.13.0: up to 8.9e-16 on the look-ahead A); tests/unit/data/
-    write_influence_before_registry.py then rewrites the golden with the old code on the new install."""
+    same weights, batches and seeds: to float64 rounding. Bit for bit holds only on one machine and
+    install: the same install (transformers 5.24.0, numpy 2.4.6, torch 2.13.0) on two machines of this
+    workplace sums in two orders (2026-12-02, both seen: the golden rewritten on one by
+    tests/unit/data/write_influence_before_registry.py failed on the other by 8.9e-16 on the look-ahead A
+    and <= 1.4e-17 on the sketches, for the old code and the new alike). The bounds: 16 float64 ulps
+    of the compared values, and for the look-ahead 16 ulps of the loss (about ln 64) divided by gamma;
+    any change of the method moves these numbers by orders of magnitude more."""
     golden = np.load(GOLDEN)
     model = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=32).to_dict()
     weights = {k[len("weights/"):]: golden[k] for k in golden.files if k.startswith("weights/")}
@@ -58,7 +61,8 @@ def test_plain_step_reproduces_the_numbers_from_before_the_registry():
 
     look = InfluenceConfig(estimator=EstimatorConfig.lookup("lookahead")(), sample_fraction=1.0, **base)
     A_look = look.estimator.merge([InfluenceWorker(model, look).lookahead_matrix(weights, batches, ids)], ids)[0]
-    assert np.array_equal(A_look, golden["lookahead_A"])
+    eps = np.finfo(np.float64).eps
+    np.testing.assert_allclose(A_look, golden["lookahead_A"], rtol=0, atol=16 * eps * np.log(64) / base["gamma"])
     for name in ("first_order", "fisher", "gnb", "hutchinson"):
         for cv in (True, False):
             config = InfluenceConfig(
@@ -66,8 +70,9 @@ def test_plain_step_reproduces_the_numbers_from_before_the_registry():
             )
             part = InfluenceWorker(model, config).sketch_batches(weights, batches, ids)
             A, S, _ = config.estimator.merge([part], ids)
-            assert np.array_equal(A, golden[f"{name}_cv{int(cv)}_A"]), (name, cv)
-            assert np.array_equal(S, golden[f"{name}_cv{int(cv)}_S"]), (name, cv)
+            for got, key in ((A, f"{name}_cv{int(cv)}_A"), (S, f"{name}_cv{int(cv)}_S")):
+                np.testing.assert_allclose(got, golden[key], rtol=0, atol=16 * eps * np.abs(golden[key]).max(),
+                                           err_msg=key)
 
 
 @pytest.fixture(scope="module")
