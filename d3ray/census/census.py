@@ -142,6 +142,10 @@ def check_inputs(info: RunInfo, options: CensusOptions) -> list[int]:
     if schedule.type_name not in ORDER_SCHEDULERS:
         raise UserError(f"census: the run's schedule.type={schedule.type_name} does not train its chunks as an order "
                         f"of the stream's batches; the census branches runs of {', '.join(ORDER_SCHEDULERS)}")
+    if info.cfg.train.zero_stage != 0:
+        raise UserError(f"census: the run trained with train.zero_stage={info.cfg.train.zero_stage}; the census reads "
+                        "ZeRO-0 checkpoints only (its one-rank engine restores the torch AdamW state in memory; "
+                        "ZeRO 1-3 optimizer shards are not merged yet): census a run with --train.zero_stage=0")
     for path in options.eval_files:
         if not Path(path).is_file():
             raise DataPathError(f"census: --eval {path}: no such file")

@@ -57,11 +57,16 @@ def test_load_run_without_checkpoint_refused_in_one_line(tmp_path):
         load_run(tmp_path)
 
 
-def test_check_inputs_mixer_run_missing_eval_file_and_large_all_orders_refused(tmp_path):
-    run = write_run(tmp_path / "mix", ["--schedule.type=odm", "--schedule.L=4", "--train.steps=16"], [1, 2])
+def test_check_inputs_mixer_zero2_missing_eval_file_and_large_all_orders_refused(tmp_path):
+    run = write_run(tmp_path / "mix", ["--schedule.type=odm", "--schedule.L=4", "--train.steps=16",
+                                       "--train.zero_stage=0"], [1, 2])
     with pytest.raises(UserError, match="schedule.type=odm"):
         check_inputs(load_run(run), CensusOptions(run_dir=run, out=tmp_path / "o"))
-    run = write_run(tmp_path / "rand", ["--schedule.type=random", "--schedule.L=8", "--train.steps=32"], [1, 2])
+    run = write_run(tmp_path / "zero2", ["--schedule.type=random", "--train.zero_stage=2"], [1, 2])
+    with pytest.raises(UserError, match="train.zero_stage=2"):
+        check_inputs(load_run(run), CensusOptions(run_dir=run, out=tmp_path / "o"))
+    run = write_run(tmp_path / "rand", ["--schedule.type=random", "--schedule.L=8", "--train.steps=32",
+                                        "--train.zero_stage=0"], [1, 2])
     info = load_run(run)
     assert info.total_chunks == 4 and sorted(info.checkpoints) == [1, 2]
     with pytest.raises(UserError, match="missing.txt: no such file"):
