@@ -1,6 +1,7 @@
 """The trainers' weighted step: ``micro_weights`` picks the right weights, and on a real tiny model a
-zero weight removes a sample from training (the step of ``d3ray/train/loop.py``: per-sequence losses →
-``micro_weights`` → ``step_loss`` → backward → AdamW, here with torch's AdamW in place of DeepSpeed's)."""
+zero weight removes a sample from training: the step of ``d3ray/train/loop.py`` (per-sequence losses →
+``micro_weights`` → ``step_loss`` → backward → AdamW), spelled out and through ``train_step`` itself,
+with torch's AdamW behind the engine's three calls in place of DeepSpeed's."""
 
 from __future__ import annotations
 
@@ -108,3 +109,64 @@ def test_weighted_step_zero_weighted_micro_batch_has_no_gradient_and_weights_sca
     g0, g1 = grads(slice(0, 1), None), grads(slice(1, 2), None)
     for g, a, b in zip(grads(slice(0, 2), (3.0, 1.0, 0.0, 0.0)), g0, g1, strict=True):
         torch.testing.assert_close(g, (3 * a + b) / 2, rtol=1e-4, atol=1e-7)
+
+
+class TorchEngine:
+    """What ``train_step`` asks of DeepSpeed's engine, on a plain torch model and AdamW (no weight decay,
+    a step per micro-batch: DeepSpeed with gradient_accumulation_steps = 1)."""
+
+    def __init__(self, model) -> None:
+        self.module = model
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
+
+    def __call__(self, **inputs):
+        return self.module(**inputs)
+
+    def backward(self, loss) -> None:
+        loss.backward()
+
+    def step(self) -> None:
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+def _global_batch(ids: torch.Tensor, domains: list[str]):
+    from d3ray.schedule.chunker import GlobalBatch
+
+    n = len(ids)
+    return GlobalBatch(input_ids=ids.numpy().astype(np.int32), n_tokens=np.full(n, ids.shape[1]),
+                       sample_ids=tuple(f"0/s:{i}:0" for i in range(n)), domains=tuple(domains))
+
+
+def test_train_step_zero_weights_train_as_if_the_domain_were_not_in_the_batch() -> None:
+    from functools import partial
+
+    from d3ray.train.loop import train_step
+
+    torch.set_num_threads(1)
+    ids, domains = _batch()
+    batch = _global_batch(ids, domains)
+    zero_b = decided(sample_weights=((2.0, 2.0, 0.0, 0.0),))  # mean 1; domain b's rows weigh nothing
+
+    def run(rows: slice, micro: int, chunk: DecidedChunk, on=batch, steps: int = 3):
+        engine = TorchEngine(_model())
+        stats = [train_step(engine, on, rows, micro, torch.device("cpu"), partial(micro_weights, chunk, 0))
+                 for _ in range(steps)]
+        return engine.module, stats
+
+    weighted, _ = run(slice(0, 4), 4, zero_b)
+    without_b, _ = run(slice(0, 2), 2, decided(), on=_global_batch(ids[:2], domains[:2]))
+    unweighted, stats = run(slice(0, 4), 4, decided())
+    for (name, p), q in zip(weighted.named_parameters(), without_b.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
+    b_rows = ids[2:]
+    assert _loss_of(unweighted, b_rows) < _loss_of(weighted, b_rows) - 0.05
+    assert stats[0].shape == (5,)  # the step loss, then each row's token-mean loss
+    # rank 1 of 2 (rows 2..4 of the global batch): its weights are the global rows' (0, 0), so its step
+    # changes nothing; rank 0's rows 0..2 (2, 2) do train
+    start = dict(_model().named_parameters())
+    rank1, stats1 = run(slice(2, 4), 2, zero_b, steps=1)
+    assert float(stats1[0][0]) == 0.0
+    assert all(torch.equal(p, start[n]) for n, p in rank1.named_parameters())
+    rank0, _ = run(slice(0, 2), 2, zero_b, steps=1)
+    assert not all(torch.equal(p, start[n]) for n, p in rank0.named_parameters())
