@@ -76,9 +76,3 @@ def lora_from_description(model: Any, lora: dict[str, Any]) -> Any:
     known = {f.name for f in dataclasses.fields(peft.LoraConfig) if f.init}
     kwargs = {k: v for k, v in lora.items() if k in known and k not in ("peft_type", "auto_mapping")}
     return peft.get_peft_model(model, peft.LoraConfig(**kwargs))
-
-
-def trainable_parameter_count(model: Any) -> tuple[int, int]:
-    """(trainable, total) parameter counts."""
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return trainable, sum(p.numel() for p in model.parameters())

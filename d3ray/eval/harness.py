@@ -37,8 +37,6 @@ from d3ray.eval.inputs import (
 
 logger = logging.getLogger(__name__)
 
-ROLLING_METRICS = ("word_perplexity", "byte_perplexity", "bits_per_byte")
-
 
 @dataclass
 class PreparedTask:

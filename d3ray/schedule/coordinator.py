@@ -304,17 +304,6 @@ class ScheduleCoordinator:
                         del self._feedback[cid]
                     self._cond.notify_all()
 
-    def restore_cursor(self, chunk_id: int, cursor: dict[str, Any]) -> None:
-        """The data cursor of chunk ``chunk_id`` (``Chunk.cursor``, e.g. from a checkpoint): a later
-        restart of the stream at or after that chunk seeks there instead of re-reading from chunk 0."""
-        with self._cond:
-            self._cursors[int(chunk_id)] = cursor
-
-    def cursor(self, chunk_id: int) -> dict[str, Any] | None:
-        """The data cursor at the start of chunk ``chunk_id`` if it is known."""
-        with self._cond:
-            return self._cursors.get(chunk_id)
-
     def error(self) -> BaseException | None:
         """The exception that stopped the chunk producer, if any (the driver re-raises a user error)."""
         with self._cond:
