@@ -26,7 +26,15 @@ from typing import Any
 
 import numpy as np
 
-from d3ray.census.orders import MAX_ALL_ORDERS_L, all_orders, census_orders, distinct_orders, random_orders
+from d3ray.census.orders import (
+    MAX_ALL_ORDERS_L,
+    all_orders,
+    census_orders,
+    control_domain,
+    distinct_orders,
+    random_orders,
+    recency_orders,
+)
 from d3ray.config import RunConfig
 from d3ray.errors import DataPathError, UserError
 
@@ -60,6 +68,11 @@ class CensusOptions:
     persist: int = 0
     """T: chunks trained after each branch in the run's own orders, then evaluated again."""
     eval_files: list[str] = field(default_factory=list)
+    control: str | None = None
+    """A positive control with a known answer: ``recency`` (orders that train one domain's batches last
+    must win on that domain's held-out loss)."""
+    control_domain: str | None = None
+    """The recency control's domain (default: per chunk, the domain whose count per batch varies most)."""
     workers: int = 2
     cpus_per_worker: float = 1.0
     seed: int = 0
@@ -151,6 +164,8 @@ def check_inputs(info: RunInfo, options: CensusOptions) -> list[int]:
             raise DataPathError(f"census: --eval {path}: no such file")
     if options.all_orders and schedule.L > MAX_ALL_ORDERS_L:
         raise UserError(f"census: --all-orders needs L <= {MAX_ALL_ORDERS_L} (the run's schedule.L={schedule.L})")
+    if options.control not in (None, "recency"):
+        raise UserError(f"census: --control {options.control}: unknown control (known: recency)")
     if options.chunks < 1 or options.random_orders < 2:
         raise UserError("census: --chunks must be >= 1 and --random-orders >= 2 (a spread needs two)")
     return choose_checkpoints(sorted(info.checkpoints), info.total_chunks, options.chunks, options.persist,
@@ -176,25 +191,32 @@ def read_json(path: Path) -> Any:
 def chunk_orders(options: CensusOptions, L: int, K: int, chunk_id: int, run_order: tuple[int, ...] | None,
                  computed: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     """Name → order of one chunk's branches (see :func:`d3ray.census.orders.census_orders`)."""
-    return census_orders(
+    named = census_orders(
         L, run=run_order, d3=computed.get("d3"), lookahead=computed.get("lookahead"),
         random=random_orders(L, options.random_orders, options.seed, K, chunk_id),
         every=all_orders(L) if options.all_orders else ())
+    if options.control == "recency":
+        domains = computed["batch_domains"]
+        named.update(recency_orders(domains, control_domain(domains, options.control_domain)))
+    return named
 
 
 def branches_to_train(options: CensusOptions, info: RunInfo, K: int, chunk_id: int) -> list[tuple[tuple[int, ...], list[str]]]:
     """The distinct orders of chunk ``chunk_id`` from checkpoint ``K`` with no branch file yet (a file
-    counts when it holds the same order under the same names); [((), [])] when S is not computed yet."""
+    counts when it holds the same order; names added since, e.g. by ``--control``, are written into it
+    without training again); [((), [])] when S is not computed yet."""
     bdir = branch_dir(options.out, K, chunk_id)
     computed = read_json(bdir / "orders.json")
-    if computed is None:
+    if computed is None or (options.control and "batch_domains" not in computed):
         return [((), [])]
     named = chunk_orders(options, info.cfg.schedule.L, K, chunk_id, info.run_orders.get(chunk_id), computed)
     todo = []
     for order, names in distinct_orders(named):
         done = read_json(bdir / f"{names[0]}.json")
-        if done is None or tuple(done["order"]) != order or sorted(done["names"]) != sorted(names):
+        if done is None or tuple(done["order"]) != order:
             todo.append((order, names))
+        elif sorted(done["names"]) != sorted(names):  # a new name for an order trained already (a control's)
+            write_json(bdir / f"{names[0]}.json", {**done, "names": list(names)})
     return todo
 
 
@@ -274,7 +296,7 @@ def run_census(options: CensusOptions) -> dict[str, Any]:
                                                       info.run_orders.get(chunk.chunk_id, tuple(range(L))))
         # S and D3's orders of every branched chunk, at its checkpoint's weights.
         wanted = [(K, c) for K in Ks for c in range(K, K + options.chunks)
-                  if read_json(branch_dir(options.out, K, c) / "orders.json") is None]
+                  if branches_to_train(options, info, K, c) == [((), [])]]
         for computed in pool.map_unordered(
                 lambda a, kc: a.orders.remote(str(info.checkpoints[kc[0]]), data[kc], d3.influence, d3.solver,
                                               d3.solver_seed, snapshot_dtype, options.lookahead), wanted):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import time
 from pathlib import Path
 
 
@@ -46,6 +47,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="T: also evaluate after T more chunks (the run's orders) shared by all branches")
     parser.add_argument("--eval", action="append", default=[], metavar="FILE",
                         help="an extra held-out text file (one document a line; repeatable)")
+    parser.add_argument("--control", choices=("recency",), default=None,
+                        help="a positive control with a known answer: recency (orders that train one domain's batches "
+                        "last must win on its held-out loss; reported with z)")
+    parser.add_argument("--control-domain", default=None,
+                        help="the recency control's domain (default: per chunk, the one whose count per batch varies most)")
     parser.add_argument("--workers", type=int, default=2, help="census actors, each a one-rank engine (default 2)")
     parser.add_argument("--cpus-per-worker", type=float, default=1.0, help="Ray CPUs per census actor (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random orders (default 0)")
@@ -61,19 +67,23 @@ def run(args: argparse.Namespace) -> int:
         run_dir=Path(args.run_dir), out=Path(args.out), checkpoints=args.checkpoints,
         num_checkpoints=args.num_checkpoints, warmup_chunks=args.warmup_chunks, chunks=args.chunks,
         random_orders=args.random_orders, all_orders=args.all_orders, lookahead=not args.no_lookahead,
-        persist=args.persist, eval_files=list(args.eval), workers=args.workers, cpus_per_worker=args.cpus_per_worker,
+        persist=args.persist, eval_files=list(args.eval), control=args.control,
+        control_domain=args.control_domain, workers=args.workers, cpus_per_worker=args.cpus_per_worker,
         seed=args.seed)
     info = load_run(options.run_dir)
+    started = time.perf_counter()
     if args.report_only:
         checkpoints = check_inputs(info, options)
     else:
-        checkpoints = run_census(options)["checkpoints"]
+        done = run_census(options)
+        checkpoints = done["checkpoints"]
+        print(f"census: trained {done['trained']} branches in {time.perf_counter() - started:.0f} s", flush=True)
     command = " ".join(shlex.quote(a) for a in ["d3ray", *sys.argv[1:]]) if sys.argv[1:2] == ["census"] else \
         " ".join(shlex.quote(a) for a in ["d3ray", "census", args.run_dir, "--out", args.out])
     setup = {"run_dir": str(options.run_dir), "schedule": info.cfg.schedule.type_name, "L": info.cfg.schedule.L,
              "checkpoints": checkpoints, "chunks": options.chunks, "random_orders": options.random_orders,
              "all_orders": options.all_orders, "lookahead": options.lookahead, "persist": options.persist,
-             "eval_files": options.eval_files}
+             "eval_files": options.eval_files, "control": options.control, "control_domain": options.control_domain}
     report = write_report(options.out, command, setup)
     failed = sum(len(c["eval"]["failed"]) for c in report["chunks"].values())
     print(f"census report: {options.out / 'results.md'}{f' ({failed} failed branches)' if failed else ''}")

@@ -87,3 +87,26 @@ def distinct_orders(named: dict[str, Order]) -> list[tuple[Order, list[str]]]:
     for name, order in named.items():
         groups.setdefault(order, []).append(name)
     return list(groups.items())
+
+
+def control_domain(batch_domains: Sequence[Sequence[str]], domain: str | None = None) -> str:
+    """The domain of the recency control for one chunk: ``domain`` if given, else the one whose count per
+    batch varies most across the chunk's batches (max − min; ties: alphabetical), whose placement an order
+    can move most."""
+    if domain is not None:
+        return domain
+    names = sorted({d for ds in batch_domains for d in ds})
+    spread = {n: max(ds.count(n) for ds in batch_domains) - min(ds.count(n) for ds in batch_domains) for n in names}
+    return max(names, key=lambda n: (spread[n], [-ord(ch) for ch in n]))
+
+
+def recency_orders(batch_domains: Sequence[Sequence[str]], domain: str) -> dict[str, Order]:
+    """The recency control's orders: ``recency_last`` puts the batches with most ``domain`` sequences last
+    (ascending count, ties in stream order), ``recency_first`` is its reverse. Trained last, a domain's
+    batches leave the held-out loss of that domain lowest: the answer the census must find.
+
+    Example: counts (2, 0, 3, 1) → recency_last (1, 3, 0, 2), recency_first (2, 0, 3, 1).
+    """
+    counts = [list(ds).count(domain) for ds in batch_domains]
+    last = tuple(sorted(range(len(counts)), key=lambda i: (counts[i], i)))
+    return {"recency_last": last, "recency_first": reverse_order(last)}

@@ -22,7 +22,8 @@ import numpy as np
 from d3ray.census.census import mean_loss, read_json
 from d3ray.census.stats import beats_median, pearson, rank_among, spearman, t_interval, z_score
 
-MARKED = ("d3", "d3_reverse", "d3_alternate", "lookahead", "lookahead_reverse", "lookahead_alternate", "stream", "run")
+MARKED = ("d3", "d3_reverse", "d3_alternate", "lookahead", "lookahead_reverse", "lookahead_alternate", "stream", "run",
+          "recency_last", "recency_first")
 """The orders the report scores against the random ones (those a chunk has)."""
 
 
@@ -72,7 +73,8 @@ def chunk_summary(entry: dict[str, Any], key: str = "eval") -> dict[str, Any]:
             continue
         costs = [ordering_cost(S, np.asarray(o)) for o in distinct]
         out[label] = {"pearson": pearson(costs, list(distinct.values())),
-                      "spearman": spearman(costs, list(distinct.values())), "n": len(costs)}
+                      "spearman": spearman(costs, list(distinct.values())),
+                      "n": int(np.isfinite(list(distinct.values())).sum())}
     perms = [v for n, v in losses.items() if n.startswith("perm_")]
     if perms and "d3" in losses:
         out["d3_regret"] = losses["d3"] - float(np.nanmin(perms))
@@ -101,6 +103,44 @@ def across_chunks(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def recency_control(entries: dict[tuple[int, int], dict[str, Any]], domain: str | None) -> dict[str, Any]:
+    """The recency control: per chunk, the control domain's held-out loss of ``recency_last`` and
+    ``recency_first`` against the random orders' (z, rank); across chunks the mean z with its 95%
+    t-interval and the share of chunks with z <= -2 (last) / >= 2 (first). ``found``: the census sees
+    the planted effect (mean z of recency_last <= -2, its interval below 0)."""
+    from d3ray.census.orders import control_domain
+
+    chunks: dict[str, Any] = {}
+    for (K, c), entry in sorted(entries.items()):
+        domains = entry["orders"].get("batch_domains")
+        if not domains or "recency_last" not in entry["branches"]:
+            continue
+        name = control_domain(domains, domain)
+        key = f"{name}/loss"
+
+        def loss(result: dict[str, Any], key: str = key) -> float:
+            return float(result["eval"].get(key, float("nan"))) if result.get("status") == "ok" else float("nan")
+
+        random = [loss(r) for n, r in entry["branches"].items() if n.startswith("random_")]
+        row: dict[str, Any] = {"domain": name, "random_mean": float(np.nanmean(random)),
+                               "random_sd": float(np.nanstd(random, ddof=1))}
+        for order in ("recency_last", "recency_first", "d3"):
+            if order in entry["branches"]:
+                v = loss(entry["branches"][order])
+                row[order] = {"loss": v, "z": z_score(v, random), "rank": rank_among(v, random)}
+        chunks[f"{K}/{c}"] = row
+    out: dict[str, Any] = {"chunks": chunks}
+    for order, sign in (("recency_last", -1), ("recency_first", 1)):
+        zs = [r[order]["z"] for r in chunks.values() if order in r]
+        if zs:
+            mean, lo, hi = t_interval(zs)
+            out[order] = {"mean_z": mean, "ci_low": lo, "ci_high": hi, "n": len(zs),
+                          "share_past_2": float(np.mean([sign * z >= 2 for z in zs]))}
+    last = out.get("recency_last")
+    out["found"] = bool(last and last["mean_z"] <= -2 and math.isfinite(last["ci_high"]) and last["ci_high"] < 0)
+    return out
+
+
 def _f(x: Any, digits: int = 4) -> str:
     return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{digits}f}"
 
@@ -112,6 +152,11 @@ def write_report(out: Path, command: str, setup: dict[str, Any]) -> dict[str, An
     keys = sorted(entries)
     metrics = ["eval"] + (["persist_eval"] if setup.get("persist") else [])
     report: dict[str, Any] = {"command": command, "setup": setup, "chunks": {}, "summary": {}, "reproduction": []}
+    trained = {id(r): r for e in entries.values() for r in e["branches"].values()}.values()
+    report["compute"] = {"branches": len(trained),
+                         "branch_seconds": float(sum(r.get("seconds", 0.0) for r in trained)),
+                         "branch_cpu_seconds": float(sum(r.get("cpu_seconds", 0.0) for r in trained)),
+                         "orders_seconds": float(sum(e["orders"].get("seconds", 0.0) for e in entries.values()))}
     for metric in metrics:
         summaries = []
         for K, c in keys:
@@ -126,6 +171,8 @@ def write_report(out: Path, command: str, setup: dict[str, Any]) -> dict[str, An
                 report["reproduction"].append({"from_checkpoint": K, "chunk": c, "against": r["checkpoint"],
                                                "max_abs_diff": r["max_abs_diff"], "close": r["close"],
                                                "tensors": r["tensors"]})
+    if setup.get("control") == "recency":
+        report["control"] = {"recency": recency_control(entries, setup.get("control_domain"))}
     (out / "census.json").write_text(json.dumps(report, indent=1))
     plots = plot_checkpoints(out, entries)
     (out / "results.md").write_text(markdown(report, plots))
@@ -179,7 +226,10 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
              f"{setup['checkpoints']}, {setup['chunks']} chunk(s) after each, {setup['random_orders']} random orders"
              f"{', all L! orders' if setup.get('all_orders') else ''}{', persist ' + str(setup['persist']) + ' chunks' if setup.get('persist') else ''}. "
              "Metric: mean held-out loss over the run's in-domain eval sets after the branch (nats, lower is better). "
-             "z < 0: better than the mean random order; rank 1: better than every random order.", ""]
+             "z < 0: better than the mean random order; rank 1: better than every random order.", "",
+             f"Compute: {report['compute']['branches']} branches, {report['compute']['branch_seconds']:.0f} s of actor time "
+             f"({report['compute']['branch_cpu_seconds']:.0f} s CPU), S and D3's orders "
+             f"{report['compute']['orders_seconds']:.0f} s.", ""]
     for metric, summary in report["summary"].items():
         title = "after the branched chunk" if metric == "eval" else f"after {setup.get('persist')} more shared chunks"
         lines += [f"## Across chunks ({title})", "",
@@ -199,6 +249,32 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
                               f"mean Pearson {_f(s['mean_pearson'], 2)} (95% CI [{_f(s['ci_low'], 2)}, "
                               f"{_f(s['ci_high'], 2)}], {s['n']} chunks), mean Spearman {_f(s['mean_spearman'], 2)}. "
                               "Positive = orders with a lower objective gave a lower loss."]
+        lines.append("")
+    control = report.get("control", {}).get("recency")
+    if control:
+        lines += ["## Positive control: recency", "",
+                  "Per chunk the control domain is the one whose count per batch varies most (or `--control-domain`); "
+                  "`recency_last` trains the batches with most of it last, `recency_first` first. Metric: that "
+                  "domain's held-out loss; z against the random orders. The census must find recency_last < random "
+                  "< recency_first, with |z| >= 2.", "",
+                  "| order | mean z | 95% CI | chunks with \\|z\\| >= 2 the right way | chunks |", "|---|---|---|---|---|"]
+        for order in ("recency_last", "recency_first"):
+            if order in control:
+                c = control[order]
+                lines.append(f"| {order} | {_f(c['mean_z'], 2)} | [{_f(c['ci_low'], 2)}, {_f(c['ci_high'], 2)}] | "
+                             f"{c['share_past_2']:.0%} | {c['n']} |")
+        lines += ["", f"**Control {'found' if control['found'] else 'NOT found'}**: "
+                      + ("the census sees a planted order effect of this kind at this point of the run."
+                         if control["found"] else "mean z of recency_last is not <= -2 with its interval below 0: "
+                         "a null result of this census cannot be read as 'no order effect'."), "",
+                  "| checkpoint/chunk | domain | random mean | random sd | last z (rank) | first z (rank) | d3 z |",
+                  "|---|---|---|---|---|---|---|"]
+        for key, r in control["chunks"].items():
+            def zr(order: str, r: dict[str, Any] = r) -> str:
+                return "-" if order not in r else f"{_f(r[order]['z'], 2)} ({r[order]['rank']})"
+
+            lines.append(f"| {key} | {r['domain']} | {_f(r['random_mean'])} | {_f(r['random_sd'], 5)} | "
+                         f"{zr('recency_last')} | {zr('recency_first')} | {_f(r.get('d3', {}).get('z'), 2)} |")
         lines.append("")
     if report["reproduction"]:
         lines += ["## Reproduction check", "",

@@ -163,8 +163,9 @@ class CensusWorker:
         the exact look-ahead's), each solved by ``solver`` as the run's D3 scheduler solves it.
 
         Returns:
-            ``{"S": L×L list, "d3": order, "d3_cost": x, "lookahead_S", "lookahead", "seconds"}``
-            (the look-ahead keys only with ``lookahead``; an order is None when S is not finite).
+            ``{"checkpoint", "chunk_id", "S": L×L list, "d3": order, "lookahead_S", "lookahead",
+            "batch_domains": each batch's domain labels, "seconds"}`` (the look-ahead keys only with
+            ``lookahead``; an order is None when S is not finite).
         """
         from d3ray.data.labels import lm_labels
         from d3ray.influence.estimators import LookaheadConfig
@@ -204,6 +205,7 @@ class CensusWorker:
                 out[name] = [int(i) for i in result.order]
             else:
                 out[name] = None
+        out["batch_domains"] = [list(b.domains) for b in batches]
         out["seconds"] = time.perf_counter() - start
         return out
 
@@ -234,9 +236,9 @@ class CensusWorker:
         Returns:
             ``{"status": "ok" | "failed", "train_losses", "eval": {"<set>/loss", "mean_loss", ...},
             "persist_eval": {...} (with ``persist``), "reproduction": {...} (with ``compare_to``),
-            "seconds"}``.
+            "seconds", "cpu_seconds"}`` (this process's CPU time: the branch's cost on a quiet core).
         """
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         self.load(task.checkpoint)
         self.restore()
         out: dict[str, Any] = {"checkpoint": task.checkpoint, "chunk_id": task.chunk.chunk_id,
@@ -258,7 +260,7 @@ class CensusWorker:
                 return out
         if task.persist:
             out["persist_eval"] = self._evaluate()
-        out.update(status="ok", seconds=time.perf_counter() - start)
+        out.update(status="ok", seconds=time.perf_counter() - start, cpu_seconds=time.process_time() - cpu_start)
         return out
 
     def _compare(self, checkpoint: str) -> dict[str, Any]:

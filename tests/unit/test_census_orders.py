@@ -11,8 +11,10 @@ from d3ray.census.orders import (
     all_orders,
     alternate_order,
     census_orders,
+    control_domain,
     distinct_orders,
     random_orders,
+    recency_orders,
     reverse_order,
 )
 from d3ray.census.stats import beats_median, pearson, rank_among, spearman, t_interval, z_score
@@ -82,3 +84,15 @@ def test_pearson_and_spearman_on_a_monotone_nonlinear_pair():
     assert pearson([1.0, 2.0, float("nan"), 3.0], [2.0, 4.0, 0.0, 6.0]) == pytest.approx(1.0)
     assert math.isnan(pearson([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]))
     assert np.isnan(spearman([1.0, 2.0], [2.0, 1.0]))
+
+
+def test_recency_orders_domain_heavy_batches_last_ties_in_stream_order():
+    batches = [("a", "a", "b"), ("b", "b", "b"), ("a", "a", "a"), ("a", "b", "b")]  # counts of a: 2, 0, 3, 1
+    assert recency_orders(batches, "a") == {"recency_last": (1, 3, 0, 2), "recency_first": (2, 0, 3, 1)}
+    assert recency_orders([("a",), ("b",), ("b",)], "a")["recency_last"] == (1, 2, 0)
+
+
+def test_control_domain_most_varying_count_or_given():
+    batches = [("a", "b", "c"), ("a", "b", "b"), ("a", "c", "c")]  # spread: a 0, b 2, c 2 → b (alphabetical tie)
+    assert control_domain(batches) == "b"
+    assert control_domain(batches, "a") == "a"
