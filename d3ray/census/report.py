@@ -84,8 +84,9 @@ def chunk_summary(entry: dict[str, Any], key: str = "eval") -> dict[str, Any]:
 def across_chunks(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """Each marked order's mean z with its 95% t-interval and share of chunks beating the median random
     order; the mean random sd; the mean objective correlations."""
+    summaries = [s for s in summaries if s["random_n"] >= 2]  # chunks with a spread (others not trained yet)
     out: dict[str, Any] = {"chunks": len(summaries),
-                           "mean_random_sd": float(np.nanmean([s["random_sd"] for s in summaries])) if summaries else float("nan")}
+                           "mean_random_sd": float(np.mean([s["random_sd"] for s in summaries])) if summaries else float("nan")}
     for name in MARKED:
         zs = [s["marked"][name]["z"] for s in summaries if name in s["marked"]]
         if not zs:
@@ -193,16 +194,21 @@ def plot_checkpoints(out: Path, entries: dict[tuple[int, int], dict[str, Any]]) 
     for K in sorted({k for k, _ in entries}):
         chunks = sorted(c for k, c in entries if k == K)
         fig, ax = plt.subplots(figsize=(max(5.0, 0.45 * len(chunks) + 2.5), 4.0))
+        labelled: set[str] = set()
         for x, c in enumerate(chunks):
             losses = {n: mean_loss(r) for n, r in entries[(K, c)]["branches"].items()}
             random = np.asarray([v for n, v in losses.items() if n.startswith("random_") or n.startswith("perm_")])
-            mid = float(np.nanmedian(random)) if len(random) else 0.0
+            if not np.isfinite(random).any():
+                continue  # not trained yet: no reference to draw against
+            mid = float(np.nanmedian(random))
             ax.scatter(np.full(len(random), x), random - mid, s=10, color="0.6", zorder=1,
-                       label="random orders" if x == 0 else None)
-            for name, (color, marker) in styles.items():
+                       label=None if "random" in labelled else "random orders")
+            labelled.add("random")
+            for k, (name, (color, marker)) in enumerate(styles.items()):
                 if name in losses:
-                    ax.scatter([x + 0.15], [losses[name] - mid], color=color, marker=marker, s=36, zorder=2,
-                               label=name if x == 0 else None)
+                    ax.scatter([x + 0.08 * (k + 1)], [losses[name] - mid], color=color, marker=marker, s=30, zorder=2,
+                               label=None if name in labelled else name)
+                    labelled.add(name)
         ax.axhline(0.0, color="0.8", lw=0.8, zorder=0)
         ax.set_xticks(range(len(chunks)), [str(c) for c in chunks], fontsize=7)
         ax.set_xlabel("chunk")

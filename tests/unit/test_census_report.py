@@ -45,9 +45,11 @@ def test_chunk_summary_hand_built_chunk_gives_hand_computed_z_rank_and_correlati
 
 
 def test_across_chunks_two_chunks_mean_z_and_share_beating_median():
-    chunks = [{"random_sd": 1.0, "marked": {"d3": {"z": -1.0, "beats_median": True}}},
-              {"random_sd": 3.0, "marked": {"d3": {"z": 0.0, "beats_median": False}}}]
+    chunks = [{"random_sd": 1.0, "random_n": 3, "marked": {"d3": {"z": -1.0, "beats_median": True}}},
+              {"random_sd": 3.0, "random_n": 3, "marked": {"d3": {"z": 0.0, "beats_median": False}}},
+              {"random_sd": float("nan"), "random_n": 0, "marked": {}}]  # a chunk not trained yet: left out
     out = across_chunks(chunks)
+    assert out["chunks"] == 2
     assert out["mean_random_sd"] == 2.0
     assert out["d3"]["mean_z"] == -0.5 and out["d3"]["share_beats_median"] == 0.5
     half = 12.706204736174698 * math.sqrt(0.5) / math.sqrt(2.0)  # t_{0.975, 1} · sd / √n
