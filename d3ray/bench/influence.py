@@ -54,8 +54,9 @@ from d3ray.bench.influence_snapshot import bench_snapshot_dtype, print_snapshot_
 logger = logging.getLogger(__name__)
 
 ESTIMATORS = ("first_order", "drift", "drift_only", "fisher", "gnb", "hutchinson")
-#: drift (potential.py): the exact AdamW drift potential + the sketched residual; drift_only: the potential
-#: alone (``residual: none``). Both need the AdamW step: scored with preconditioner adam only.
+#: drift (potential.py): the exact AdamW drift potential + the sketched residual (``residual: sketch``);
+#: drift_only: the potential alone (``residual: none``, the default estimator). Both need the AdamW step:
+#: scored with preconditioner adam only.
 ADAM_ONLY = ("drift", "drift_only")
 PROBES = (1, 2, 4, 8)
 
@@ -175,8 +176,8 @@ def estimator_families(names: str) -> tuple[str, ...]:
 def _estimator_config(name: str, probes: int):
     from d3ray.influence.estimators import DriftConfig, EstimatorConfig, HutchinsonConfig
 
-    if name == "drift_only":
-        return DriftConfig(residual="none")
+    if name in ADAM_ONLY:
+        return DriftConfig(residual="none" if name == "drift_only" else "sketch")
     return HutchinsonConfig(probes=probes) if name == "hutchinson" else EstimatorConfig.lookup(name)()
 
 

@@ -8,7 +8,7 @@ conversion (``ship_state``, ``ship_optimizer_state``) and reports:
 - bytes: the payload of each (``snapshot_nbytes``, what the schedule log's ``snapshot_bytes``
   records) and its pickle (what ``ray.put`` serialises; numpy and torch headers included), as
   bfloat16 / float32 ratios;
-- fidelity: S of each chunk from the default influence config (``InfluenceConfig()``: first_order,
+- fidelity: S of each chunk from the default influence config (``InfluenceConfig()``: drift (first_order until 2026-12-02),
   preconditioner adam, sjlt k = 3500 + control variate, sample_fraction 1/8) at the bfloat16 snapshot
   against S at the float32 one: Spearman of the off-diagonal entries, relative Frobenius error, and
   the normalised regret of the exact order of S_bf16 under S_fp32 (0 = the same decisions);

@@ -37,7 +37,7 @@ os.environ["DS_ACCELERATOR"] = "cpu"
 import deepspeed
 from d3ray.data.labels import lm_labels
 from d3ray.influence.config import InfluenceConfig, SjltSketchConfig
-from d3ray.influence.estimators import DriftConfig
+from d3ray.influence.estimators import DriftConfig, FirstOrderConfig
 from d3ray.influence.worker import InfluenceWorker
 from d3ray.model import ModelConfig, build_model
 from d3ray.schedule.chunker import GlobalBatch
@@ -93,9 +93,10 @@ ids = {0: [0, 1, 2, 3], 1: [4, 5, 6, 7]}
 nan_batch = 6
 results = {}
 for name, cfg in {
-    "adam_cv": InfluenceConfig(preconditioner="adam", sample_fraction=0.375, sketch=SjltSketchConfig(k=64)),
-    "plain": InfluenceConfig(preconditioner="none", control_variate=False, sample_fraction=0.5, sketch=SjltSketchConfig(k=64)),
-    "drift": InfluenceConfig(estimator=DriftConfig(), preconditioner="adam", sample_fraction=0.375, sketch=SjltSketchConfig(k=64)),
+    "adam_cv": InfluenceConfig(estimator=FirstOrderConfig(), preconditioner="adam", sample_fraction=0.375, sketch=SjltSketchConfig(k=64)),
+    "plain": InfluenceConfig(estimator=FirstOrderConfig(), preconditioner="none", control_variate=False, sample_fraction=0.5, sketch=SjltSketchConfig(k=64)),
+    "drift": InfluenceConfig(estimator=DriftConfig(residual="sketch"), preconditioner="adam", sample_fraction=0.375, sketch=SjltSketchConfig(k=64)),
+    "drift_only": InfluenceConfig(preconditioner="adam", sample_fraction=0.375, sketch=SjltSketchConfig(k=64)),
 }.items():
     scorer = ShardedScorer(engine, cfg, rank, world, nan_batches=[nan_batch])
     sharded = {c: scorer.score(c, chunks[c], ids[c]) for c in (0, 1)}
@@ -121,6 +122,11 @@ for name, cfg in {
         k = cfg.sketch.k
         def err(a, b):
             return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-12))
+        if second.G.size == 0:  # the potential alone (the default drift): nothing sketched
+            results[name] = {"excluded": [sharded[1].excluded, second.excluded], "width": [sharded[1].G.shape[1], 0],
+                             "potential": err(sharded[1].potential, second.potential),
+                             "resumed_equal": bool(np.array_equal(again.potential, sharded[1].potential))}
+            continue
         results[name] = {
             "excluded": [sharded[1].excluded, second.excluded],
             "losses": float(np.nanmax(np.abs(sharded[1].losses - second.losses))),
@@ -180,6 +186,9 @@ def test_sharded_sketches_equal_unsharded_under_zero3(tmp_path):
     assert out["plain"]["U"] is None and out["plain"]["chunk0_plain_G"] < 1e-4
     # drift: f_i = Σ over ranks of ⟨g slice, w slice⟩ equals the unsharded worker's; the residual rows too
     assert out["drift"]["potential"] < 1e-4 and out["drift"]["U"] < 1e-4 and out["adam_cv"]["potential"] is None
+    only = out["drift_only"]  # the default: the potential alone, one scalar all-reduce per batch
+    assert only["potential"] < 1e-4 and only["width"] == [0, 0] and only["excluded"] == [[6], [6]]
+    assert only["resumed_equal"]
     assert math.isfinite(out["train_after"])  # training goes on after scoring
     # every collective on its group's device, and the paths checked did run collectives
     assert out["strays"] == []

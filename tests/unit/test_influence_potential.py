@@ -129,7 +129,7 @@ def test_drift_estimator_identity_sketch_equals_full_dimension_first_order_S(sna
         part = InfluenceWorker(MODEL, config).sketch_batches(snapshot, chunk, IDS)
         return config.estimator.merge([part], IDS)[1]
 
-    S_drift = production(DriftConfig())
+    S_drift = production(DriftConfig(residual="sketch"))
     S_potential = production(DriftConfig(residual="none"))
     S_first = production(FirstOrderConfig())
     scale = np.abs(S_full).max()
@@ -153,7 +153,8 @@ def test_drift_estimator_sjlt_residual_with_control_variate_tracks_full_S(snapsh
     F = U @ G.T
     S_full = -eta * (F.T - F)
     S_pot = potential_antisymmetric(drift_potential(G, w), eta)
-    config = InfluenceConfig(estimator=DriftConfig(), sketch=SjltSketchConfig(k=1 << 15, seed=2), **base)
+    config = InfluenceConfig(estimator=DriftConfig(residual="sketch"), sketch=SjltSketchConfig(k=1 << 15, seed=2),
+                             **base)
     part = InfluenceWorker(MODEL, config).sketch_batches(snapshot, chunk, IDS)
 
     np.testing.assert_allclose(part.potential, drift_potential(G, w), rtol=1e-12)
@@ -165,8 +166,7 @@ def test_drift_estimator_sjlt_residual_with_control_variate_tracks_full_S(snapsh
 def test_drift_estimator_excluded_batch_has_zero_row_and_column(snapshot):
     chunk = _batches(len(IDS), seed=4)
     chunk[2] = (chunk[2], np.full_like(chunk[2], -100))  # no scored label: loss NaN → excluded
-    config = InfluenceConfig(estimator=DriftConfig(residual="none"), preconditioner="adam", dtype="float64",
-                             device="cpu")
+    config = InfluenceConfig(preconditioner="adam", dtype="float64", device="cpu")  # default: the potential alone
     part = InfluenceWorker(MODEL, config).sketch_batches(snapshot, chunk, IDS)
     A, S, excluded = config.estimator.merge([part], IDS)
 

@@ -151,13 +151,13 @@ BF16_EPS = 2.0**-8
 def test_worker_bf16_snapshot_round_trips_and_sketches_close_to_float32():
     """A bfloat16 snapshot (weights and AdamW m, v, as d3 runs ship them by default) through the
     default influence config: (1) its only effect is the rounding, since it sketches bit for bit like a
-    float32 snapshot of the same rounded values; (2) rows and S stay within 2·eps (bf16's machine
-    epsilon, 2^-8 ≈ 0.4%) of the float32 snapshot's, relative Frobenius error. Why that tolerance: each
-    shipped value is rounded once, by at most eps/2 relative; the rows (P g, P u) and S are smooth
+    float32 snapshot of the same rounded values; (2) the potential f and S stay within 2·eps (bf16's
+    machine epsilon, 2^-8 ≈ 0.4%) of the float32 snapshot's, relative Frobenius error. Why that tolerance:
+    each shipped value is rounded once, by at most eps/2 relative; f_i = ⟨g_i, w⟩ and S are smooth
     functions of the weights and of m, v (sums and products of a few rounded factors), so their
     relative error is a small multiple of eps/2 (measured ~eps/2 here); a wrong cast, lost moments or
     weights left unloaded give errors of order 1."""
-    config = InfluenceConfig(device="cpu")  # the defaults: first_order, adam, sjlt + control variate
+    config = InfluenceConfig(device="cpu")  # the defaults: drift (the exact potential alone), adam
     batches, ids = _batches(n=6, b=8, seed=3), list(range(6))
     fp32, bf16 = _trained_snapshot("float32"), _trained_snapshot("bfloat16")
     assert all(v.dtype == torch.bfloat16 for v in bf16[0].values())
@@ -167,10 +167,10 @@ def test_worker_bf16_snapshot_round_trips_and_sketches_close_to_float32():
     b = InfluenceWorker(MODEL, config).sketch_batches(bf16, batches, ids)
     exact = InfluenceWorker(MODEL, config).sketch_batches(_widened(bf16), batches, ids)
 
-    for rows in ("G", "U", "Q", "losses"):
+    for rows in ("G", "U", "Q", "losses", "potential"):
         np.testing.assert_array_equal(getattr(b, rows), getattr(exact, rows))
     S32, S16 = influence_from_sketches([a], ids)[1], influence_from_sketches([b], ids)[1]
-    for name, x, ref in (("G", b.G, a.G), ("U", b.U, a.U), ("S", S16, S32)):
+    for name, x, ref in (("potential", b.potential, a.potential), ("S", S16, S32)):
         error = np.linalg.norm(x - ref) / np.linalg.norm(ref)
         assert 0 < error <= 2 * BF16_EPS, f"{name}: relative error {error:.2e} of the bfloat16 snapshot"
 
