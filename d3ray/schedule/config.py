@@ -41,8 +41,18 @@ class ScheduleConfig(ChoiceConfig):
     training; 0: at the weights after chunk c − 1 (the trainers wait for the decision)."""
     deadline_s: float = 120.0
     """How long the trainers wait for a decision past the moment they need it; then the fallback."""
+    order_transform: str = "none"
+    """Applied to every decided order (fallbacks included) before it trains: ``none``, ``reverse``
+    (the order backwards) or ``alternate`` (its two ends interleaved: o0, o_{L-1}, o1, ...), the
+    direction and anti-sortedness controls of D3 (``d3ray/schedule/order/transform.py``); the schedule
+    log's ``order_transform`` records it."""
 
     def __post_init__(self) -> None:
+        from d3ray.schedule.order.transform import ORDER_TRANSFORMS
+
+        if self.order_transform not in ORDER_TRANSFORMS:
+            raise ValueError(f"schedule.order_transform={self.order_transform!r} must be one of "
+                             f"{', '.join(ORDER_TRANSFORMS)}")
         if self.L < 1:
             raise ValueError(f"schedule.L={self.L} must be >= 1")
         if self.prefetch_chunks < 1:
@@ -72,6 +82,12 @@ class ScheduleConfig(ChoiceConfig):
 
     def build(self, ctx: BuildContext) -> Scheduler:
         raise NotImplementedError(f"schedule.type={self.type_name!r} has no build()")
+
+    def build_transformed(self, ctx: BuildContext) -> Scheduler:
+        """``build(ctx)`` with ``order_transform`` applied to its decided orders."""
+        from d3ray.schedule.order.transform import with_order_transform
+
+        return with_order_transform(self.build(ctx), self.order_transform)
 
 
 def resources_total(requests: list[ActorRequest]) -> dict[str, float]:
@@ -117,7 +133,7 @@ class StagedScheduleConfig(ScheduleConfig):
     def build(self, ctx: BuildContext) -> Scheduler:
         from d3ray.schedule.staged import StagedScheduler
 
-        return StagedScheduler(self.build_head(ctx), self.order.build(ctx), ctx.batch_size)
+        return StagedScheduler(self.build_head(ctx), self.order.build_transformed(ctx), ctx.batch_size)
 
     def build_head(self, ctx: BuildContext) -> Any:
         raise NotImplementedError
@@ -144,7 +160,12 @@ class SequentialScheduleConfig(ScheduleConfig):
 class RandomScheduleConfig(ScheduleConfig):
     """A seeded uniform random permutation of each chunk: the baseline."""
 
+    order_seed: int = 0
+    """Another random order for the same run seed (model init and data unchanged): 0 is the baseline's
+    order; any other value an independent one, e.g. the A/A arm of ``d3ray compare`` that measures
+    order noise."""
+
     def build(self, ctx: BuildContext) -> Scheduler:
         from d3ray.schedule.order.basic import RandomScheduler
 
-        return RandomScheduler(ctx.seed)
+        return RandomScheduler(ctx.seed, self.order_seed)

@@ -280,6 +280,8 @@ class SchedulerBase(StatelessBase):
         return None
 
 
-def random_order(chunk_len: int, seed: int, chunk_id: int) -> tuple[int, ...]:
-    """The baseline's order: a uniform permutation seeded by ``(seed, chunk_id)``."""
-    return tuple(int(i) for i in np.random.default_rng([seed, chunk_id]).permutation(chunk_len))
+def random_order(chunk_len: int, seed: int, chunk_id: int, order_seed: int = 0) -> tuple[int, ...]:
+    """The baseline's order: a uniform permutation seeded by ``(seed, chunk_id)`` (and ``order_seed``
+    when it is not 0: another order of the same run)."""
+    key = [seed, chunk_id] if order_seed == 0 else [seed, chunk_id, order_seed]
+    return tuple(int(i) for i in np.random.default_rng(key).permutation(chunk_len))

@@ -96,7 +96,7 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
         if needs.mixture:  # DoReMi's reference model, RegMix's proxy runs: short runs of their own, first
             schedule.before_run(pre_run_context(cfg, prepared, list(mix_domains or [])))
         eval_ref = [ray.put(eval_sets)] if eval_sets else []
-        scheduler = schedule.build(BuildContext(
+        scheduler = schedule.build_transformed(BuildContext(
             seed=cfg.seed, model_config=model_config, model=cfg.model, run_name=cfg.name, run_dir=str(run_dir),
             batch_size=cfg.train.global_batch_size, total_chunks=-(-cfg.train.steps // schedule.L),
             tokenizer_dir=str(prepared.tokenizer_dir), eval_sets=eval_ref or None, domains=mix_domains))

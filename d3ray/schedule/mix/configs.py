@@ -58,7 +58,7 @@ class MixScheduleConfig(StagedScheduleConfig):
         if not ctx.domains:
             raise ValueError(f"schedule.type={self.type_name}: the build context names no domains to mix "
                              f"(the driver resolves them with d3ray.schedule.mix.domains.resolve_mix_domains)")
-        return MixScheduler(self.build_mixer(ctx, list(ctx.domains)), self.order.build(ctx), self.type_name)
+        return MixScheduler(self.build_mixer(ctx, list(ctx.domains)), self.order.build_transformed(ctx), self.type_name)
 
     def build_mixer(self, ctx: BuildContext, domains: list[str]) -> Any:
         raise NotImplementedError

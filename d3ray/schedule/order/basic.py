@@ -14,11 +14,13 @@ class SequentialScheduler(SchedulerBase):
 
 
 class RandomScheduler(SchedulerBase):
-    """Uniform random order within each chunk, seeded by ``(seed, chunk_id)``."""
+    """Uniform random order within each chunk, seeded by ``(seed, chunk_id)``; with an ``order_seed``
+    other than 0, by ``(seed, chunk_id, order_seed)``: an independent order of the same chunks."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, order_seed: int = 0) -> None:
         self.seed = seed
+        self.order_seed = order_seed
 
     def submit(self, chunk: Chunk, batch_refs: tuple, context: SubmitContext) -> Decided:
-        order = random_order(chunk.size, self.seed, chunk.chunk_id)
+        order = random_order(chunk.size, self.seed, chunk.chunk_id, self.order_seed)
         return Decided(ChunkDecision(order=order, record={"scheduler": "random"}))
