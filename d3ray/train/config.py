@@ -58,6 +58,11 @@ class TrainConfig:
     """Checkpoints kept by Ray Train."""
     max_failures: int = 0
     """Ray Train FailureConfig.max_failures: worker-group restarts from the latest checkpoint."""
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
+    """Trackers that receive every metrics row besides ``metrics.jsonl``: ``tensorboard`` (``tb/``),
+    ``wandb`` (``d3ray[wandb]``), ``mlflow`` (``d3ray[mlflow]``), through Ray's ``setup_wandb`` /
+    ``setup_mlflow``; configured by their own env vars (``WANDB_MODE``, ``MLFLOW_TRACKING_URI``...).
+    ``[]``: the run directory's files only."""
 
     def __post_init__(self) -> None:
         per_step = self.num_workers * self.micro_batch_size
@@ -91,6 +96,10 @@ class TrainConfig:
             raise ValueError(f"train.checkpoint_every_chunks={self.checkpoint_every_chunks} must be >= 1")
         if self.checkpoint_every_sec < 0:
             raise ValueError(f"train.checkpoint_every_sec={self.checkpoint_every_sec} must be >= 0 (0 = off)")
+        unknown = [name for name in self.report_to if name not in ("tensorboard", "wandb", "mlflow")]
+        if unknown or len(set(self.report_to)) != len(self.report_to):
+            raise ValueError(f"train.report_to={list(self.report_to)}: each of tensorboard, wandb, mlflow at most "
+                             f"once (got {unknown or 'a duplicate'})")
 
     @property
     def grad_accum_steps(self) -> int:

@@ -156,6 +156,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     import torch.distributed as dist
 
     from d3ray import faults
+    from d3ray.config_loading import to_dict
     from d3ray.errors import UserError
     from d3ray.model import build_model
     from d3ray.run_files import route_logs_to_run_dir, stdout_to_log
@@ -206,7 +207,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
         ray.get(coordinator.restore.remote(state.schedule))
 
     run_dir = cfg.run_dir
-    logs = RunLogs(run_dir, state.step, state.next_chunk + (1 if state.position else 0)) if rank == 0 else None
+    logs = RunLogs(run_dir, state.step, state.next_chunk + (1 if state.position else 0), report_to=tcfg.report_to,
+                   run_name=cfg.name, config=to_dict(cfg)) if rank == 0 else None
     eval_sets = ray.get(spec.eval_sets[0]) if spec.eval_sets else {}
     eval_tasks = ray.get(spec.eval_tasks[0]) if spec.eval_tasks else []
     per_rank = tcfg.global_batch_size // world

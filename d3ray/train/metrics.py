@@ -4,7 +4,8 @@
     <run_dir>/metrics.csv     the per-step rows as CSV, for spreadsheets and pandas
     <run_dir>/domains.csv     per trained chunk and domain: its mixture weight (mixers), samples, mean
                               training loss (the ``mix/<domain>``, ``train/loss/<domain>`` rows), long format
-    <run_dir>/tb/             TensorBoard scalars
+    <run_dir>/tb/             TensorBoard scalars (``train.report_to`` has ``tensorboard``, the default)
+    W&B / MLflow runs         the same rows, when ``train.report_to`` lists them (``tracking.py``)
     <run_dir>/samples.jsonl   per step: chunk id, position, the global batch's sample ids
     <run_dir>/schedule_log.jsonl  per chunk: order, scheduler record, trainer wait, fallback
 
@@ -84,7 +85,9 @@ def _finite(x: Any) -> Any:
 class RunLogs:
     """Rank-0 writer of the run directory's logs (rolls back to ``resume_step`` on creation)."""
 
-    def __init__(self, run_dir: Path, resume_step: int, resume_chunk: int, tensorboard: bool = True) -> None:
+    def __init__(self, run_dir: Path, resume_step: int, resume_chunk: int,
+                 report_to: list[str] | tuple[str, ...] = ("tensorboard",), run_name: str = "",
+                 config: dict[str, Any] | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.run_dir / "metrics.jsonl"
@@ -98,10 +101,15 @@ class RunLogs:
         self._rewrite_csv()
         self._next_step = resume_step + 1
         self._tb = None
-        if tensorboard:
+        if "tensorboard" in report_to:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(str(self.run_dir / "tb"), purge_step=resume_step + 1)
+        self._trackers = None
+        if set(report_to) - {"tensorboard"}:
+            from d3ray.train.tracking import Trackers
+
+            self._trackers = Trackers(report_to, self.run_dir, run_name or self.run_dir.name, config)
 
     def _rewrite_csv(self) -> None:
         rows = read_jsonl(self.metrics_path)
@@ -129,6 +137,8 @@ class RunLogs:
             for key, value in row.items():
                 if key != "step" and isinstance(value, (int, float)) and value is not None:
                     self._tb.add_scalar(key, value, row["step"])
+        if self._trackers is not None:
+            self._trackers.log(row)
 
     def log_samples(self, step: int, chunk_id: int, position: int, sample_ids: tuple[str, ...],
                     domains: tuple[str, ...]) -> None:
@@ -162,6 +172,8 @@ class RunLogs:
         if self._tb is not None:
             self._tb.flush()
             self._tb.close()
+        if self._trackers is not None:
+            self._trackers.close()
 
 
 def progress_line(step: int, steps: int, loss: float, tokens_per_sec: float, lr: float, wait_s: float,

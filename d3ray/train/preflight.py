@@ -3,6 +3,8 @@ and the fix, instead of failing after minutes of Ray start-up (or hanging on res
 
     check_environment(cfg)   before Ray starts: what this Python environment must hold
         model.attn_implementation=flash_attention_2 → GPUs and the flash-attn package (``d3ray[flash]``)
+        optional extras: train.report_to wandb/mlflow → ``d3ray[wandb]`` / ``d3ray[mlflow]``;
+            schedule.regressor=lightgbm (RegMix) → ``d3ray[regmix]``
         storage_path scheme → a pyarrow filesystem (Ray Train writes checkpoints through pyarrow.fs)
         data / eval / SFT paths' schemes → an fsspec filesystem (s3:// needs s3fs, gs:// gcsfs, ...)
     check_cluster(cfg, ...)  right after ``ray.init``: the GPUs the run holds at once against the cluster's
@@ -109,6 +111,12 @@ def environment_problems(cfg: Any, importable: Callable[[str], bool] = module_im
         elif not importable("flash_attn"):
             problems.append("model.attn_implementation=flash_attention_2 needs the flash-attn package: "
                             "pip install 'd3ray[flash]' on every GPU node, or use model.attn_implementation=sdpa")
+    from d3ray.train.tracking import tracker_problem
+
+    problems += [p for p in (tracker_problem(name, importable) for name in cfg.train.report_to) if p]
+    if getattr(cfg.schedule, "regressor", None) == "lightgbm" and not importable("lightgbm"):
+        problems.append("schedule.regressor=lightgbm (RegMix) needs the lightgbm package: pip install "
+                        "'d3ray[regmix]', or use schedule.regressor=ridge")
     storage = storage_problem(cfg.storage_path, importable)
     if storage:
         problems.append(storage)
