@@ -16,12 +16,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-# Default targets per model type: every projection (attention and MLP), which QLoRA found to match
-# full fine-tuning far better than peft's default of the attention query/value projections only.
-DEFAULT_TARGETS: dict[str, list[str]] = {
-    "gpt2": ["c_attn", "c_proj", "c_fc"],
-    "llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-}
+# Default targets: every linear layer but the output head (peft's ``all-linear``: nn.Linear and GPT-2's
+# Conv1D), on any architecture (GPT-2, Llama, Qwen2, Mistral, ...). QLoRA found adapting every
+# projection to match full fine-tuning far better than peft's old default of query/value only.
+DEFAULT_TARGETS = "all-linear"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,7 +33,7 @@ class LoraConfig:
     dropout: float = 0.0
     """Dropout on the adapter's input."""
     target_modules: list[str] = field(default_factory=list)
-    """Module names to adapt; empty = ``DEFAULT_TARGETS`` of the model type."""
+    """Module names to adapt; empty = every linear layer but the LM head (peft's ``all-linear``)."""
 
     def __post_init__(self) -> None:
         if self.r < 1:
@@ -49,15 +47,12 @@ class LoraConfig:
 def apply_lora(model: Any, cfg: LoraConfig) -> Any:
     """Wrap a causal LM in a peft LoRA model; only the adapters require grad afterwards.
 
-    Raises:
-        ValueError: no targets given and none known for the model type.
+    Targets: ``cfg.target_modules``, or every linear layer but the LM head (``DEFAULT_TARGETS``).
     """
     import peft
 
     model_type = model.config.model_type
-    targets = list(cfg.target_modules) or DEFAULT_TARGETS.get(model_type)
-    if not targets:
-        raise ValueError(f"no default LoRA targets for model type {model_type!r}; set lora.target_modules")
+    targets = list(cfg.target_modules) or DEFAULT_TARGETS
     peft_cfg = peft.LoraConfig(
         task_type="CAUSAL_LM",
         r=cfg.r,

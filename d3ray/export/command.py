@@ -1,4 +1,4 @@
-"""``d3ray export CHECKPOINT --out DIR [--lora merged|adapter]``: a Hugging Face model directory.
+"""``d3ray export CHECKPOINT --out DIR [--lora merged|adapter] [--dtype fp32|bf16]``: a Hugging Face model directory.
 
 CHECKPOINT may be a run directory (``runs/<name>``): its newest checkpoint is exported, and named."""
 
@@ -27,6 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="LoRA models: merge the adapter into the weights (default) or save it as an adapter "
         "(out/ holds the adapter, out/base/ the base model)",
     )
+    parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
+                        help="the dtype of the written weights: fp32 (default, the trainers' master weights) or "
+                        "bf16 (half the bytes)")
     parser.set_defaults(func=run)
 
 
@@ -37,6 +40,6 @@ def run(args: argparse.Namespace) -> int:
     source = resolve_model_source(args.checkpoint)
     if source != Path(args.checkpoint):
         print(f"{args.checkpoint}: exporting its newest checkpoint {source}", flush=True)
-    out = export_model(source, args.out, lora=args.lora)
+    out = export_model(source, args.out, lora=args.lora, dtype=args.dtype)
     print(f"exported {source} to {out}")
     return 0

@@ -7,7 +7,9 @@
 Everything here runs in the driver before Ray starts, so that a wrong path, a bad file, a corpus whose
 records are all of unknown domains or a bad task spec is reported at once (``d3ray.errors``). The
 tokenizer is trained once per run directory (never into ``data.tokenizer.path``, which is only read)
-and reused as it is on every resume whose data and tokenizer config are unchanged.
+and reused as it is on every resume whose data and tokenizer config are unchanged. A pretrained model
+(``model.pretrained_path``) brings its tokenizer (unless ``data.tokenizer.path`` names one), and a
+tokenizer larger than its vocabulary is refused, naming both sizes.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def prepare_data(cfg: RunConfig) -> PreparedData:
     from d3ray.data.shards import list_shards
     from d3ray.data.tokenizer import ensure_tokenizer, load_tokenizer
 
-    data = cfg.data
+    data = model_tokenizer(cfg)
     if not data.train_paths:
         sample_dir = cfg.run_dir / "sample_data"
         if not (sample_dir / "train").exists():
@@ -67,6 +69,7 @@ def prepare_data(cfg: RunConfig) -> PreparedData:
     train_shards = list_shards(data.train_paths)
     validation_shards = list_shards(data.validation_paths) if data.validation_paths else []
     check_records_sample(train_shards, data, "data.train_paths")  # before a tokenizer is trained on them
+    check_model_vocab(cfg, len(tokenizer))
     if validation_shards:
         check_records_sample(validation_shards, data, "data.validation_paths")
     tokenizer_dir = Path(ensure_tokenizer(data, train_shards, cfg.run_dir))
@@ -90,8 +93,10 @@ def _prepare_sft(cfg: RunConfig) -> PreparedData:
 
     sft = cfg.sft
     assert sft is not None
-    # The user's tokenizer: loaded or refused (before any file is generated), never written to.
-    user_tokenizer = check_user_tokenizer(cfg.data.tokenizer.path) if cfg.data.tokenizer.path else None
+    # The user's tokenizer (or the pretrained model's): loaded or refused (before any file is generated),
+    # never written to.
+    tokenizer_path = model_tokenizer(cfg).tokenizer.path
+    user_tokenizer = check_user_tokenizer(tokenizer_path) if tokenizer_path else None
     suite = cfg.run_dir / "sft_data"
     eval_paths = list(cfg.eval.sft_paths)
     if not sft.paths:
@@ -112,11 +117,48 @@ def _prepare_sft(cfg: RunConfig) -> PreparedData:
                 raise UserError(f"sft.paths: {err}; fix the records (the tokenizer is trained on them)") from err
             texts = ["\n".join(text for _, text in r.messages) for r in records]
             return train_tokenizer_from_texts(texts, tcfg, cfg.run_dir / TOKENIZER_SUBDIR, trained_from)
+    check_model_vocab(cfg, len(tokenizer))
 
         trained_from = sft_tokenizer_source(sft.paths, sft.default_task, tcfg, cfg.run_dir)
         tokenizer_dir = ensure_run_tokenizer(cfg.run_dir, trained_from, train)
     tokenizer = load_tokenizer(tokenizer_dir)
     tasks = cfg.eval.tasks.replace("{suite}", str(suite))
+def model_tokenizer(cfg: RunConfig) -> DataConfig:
+    """``cfg.data`` with the tokenizer a pretrained model brings: with ``model.pretrained_path`` set and
+    ``data.tokenizer.path`` unset, the tokenizer files of the model directory (read only; a directory
+    without them is refused: a tokenizer trained on the corpus would not match the model's embedding).
+
+    Raises:
+        UserError: ``model.pretrained_path`` is not a model directory, or holds no loadable tokenizer.
+    """
+    from d3ray.data.tokenizer import check_user_tokenizer
+    from d3ray.model import check_pretrained_path
+
+    model_dir = cfg.model.pretrained_path
+    if model_dir is None or cfg.data.tokenizer.path is not None:
+        check_pretrained_path(cfg.model)
+        return cfg.data
+    check_pretrained_path(cfg.model)
+    if not any((Path(model_dir) / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        raise UserError(f"model.pretrained_path={model_dir}: holds no tokenizer (tokenizer.json), and the model "
+                        "needs its own: set data.tokenizer.path to the model's tokenizer directory")
+    check_user_tokenizer(model_dir, field="model.pretrained_path")
+    return dataclasses.replace(cfg.data, tokenizer=dataclasses.replace(cfg.data.tokenizer, path=model_dir))
+
+
+def check_model_vocab(cfg: RunConfig, tokenizer_size: int) -> None:
+    """A pretrained model has an embedding row for every token of the run's tokenizer, else one line
+    naming both sizes (:func:`d3ray.model.check_tokenizer_fits`)."""
+    if cfg.model.pretrained_path is None:
+        return
+    from d3ray.model import check_tokenizer_fits, model_config_dict
+
+    config = model_config_dict(cfg.model, tokenizer_size, cfg.data.seq_len, 0)
+    path = cfg.data.tokenizer.path or cfg.model.pretrained_path
+    field = "data.tokenizer.path" if cfg.data.tokenizer.path else "model.pretrained_path (its tokenizer)"
+    check_tokenizer_fits(config, tokenizer_size, cfg.model, field, path)
+
+
     return PreparedData(cfg.data, [], [], tokenizer_dir, len(tokenizer), tokenizer.eos_token_id, sft=sft,
                         sft_eval_paths=eval_paths, eval_tasks=tasks)
 
