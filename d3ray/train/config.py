@@ -7,6 +7,7 @@ The DeepSpeed dict and Ray's ``ScalingConfig`` are produced *from* these at the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +67,15 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         per_step = self.num_workers * self.micro_batch_size
+    activation_checkpointing: bool = False
+    """Recompute each transformer block's activations in the backward instead of keeping them
+    (transformers' activation checkpointing, non-reentrant): less activation memory for about
+    one more forward per step. The losses and gradients are the same."""
+    deepspeed: dict[str, Any] = field(default_factory=dict)
+    """DeepSpeed config keys merged over the one d3ray generates (``deepspeed_config.py``), e.g.
+    ``{zero_optimization: {offload_optimizer: {device: cpu}, offload_param: {device: cpu}}}``. A key that
+    a typed field sets (ZeRO stage, batch sizes, optimizer lr / betas / weight decay, precision, clipping,
+    the LR schedule) is refused unless it equals the typed value or is ``auto``; set the ``train.`` field."""
         if self.precision not in ("auto", "bf16", "fp32"):
             raise ValueError(f"train.precision={self.precision!r} must be auto, bf16 or fp32")
         if self.steps < 1:
@@ -106,6 +116,10 @@ class TrainConfig:
         return self.global_batch_size // (self.num_workers * self.micro_batch_size)
 
     @property
+        if self.deepspeed:
+            from d3ray.train.deepspeed_config import deepspeed_config
+
+            deepspeed_config(self)  # a key that conflicts with a typed field: one line, at load
     def use_gpu(self) -> bool:
         return self.gpus_per_worker > 0
 

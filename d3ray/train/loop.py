@@ -158,7 +158,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     from d3ray import faults
     from d3ray.config_loading import to_dict
     from d3ray.errors import UserError
-    from d3ray.model import build_model
+    from d3ray.model import build_model, enable_activation_checkpointing
     from d3ray.run_files import route_logs_to_run_dir, stdout_to_log
     from d3ray.schedule.scheduler import ChunkFeedback
     from d3ray.train.checkpoint import TrainState, checkpoint_due, load_checkpoint, save_checkpoint
@@ -179,11 +179,18 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     device = torch.device("cuda", torch.cuda.current_device()) if tcfg.use_gpu else torch.device("cpu")
 
     torch.manual_seed(cfg.seed)
-    model = build_model(spec.model_config, cfg.model)
+    ds_config = deepspeed_config(tcfg)
+    model = build_model(spec.model_config, cfg.model, ds_config)  # ZeRO-3: built partitioned (zero.Init)
+    if tcfg.zero_stage == 3:
+        held = sum(p.ds_tensor.numel() for p in model.parameters())
+        logger.info("rank %d built the model partitioned (ZeRO-3): holds %d of %d parameter values", rank, held,
+                    sum(p.ds_numel for p in model.parameters()))
+    if tcfg.activation_checkpointing:
+        enable_activation_checkpointing(model)
     engine, _, _, _ = deepspeed.initialize(
         model=model,
         model_parameters=[p for p in model.parameters() if p.requires_grad],
-        config=deepspeed_config(tcfg),
+        config=ds_config,
         lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, partial(lr_factor, cfg=tcfg)),
     )
 

@@ -222,11 +222,11 @@ def publish_initial_weights(cfg: RunConfig, model_config: dict[str, Any], coordi
     import torch
 
     from d3ray.model import build_model
-    from d3ray.train.deepspeed_config import lr_factor
+    from d3ray.train.deepspeed_config import deepspeed_config, lr_factor
     from d3ray.train.snapshot import initial_optimizer_state, ship_state, snapshot_nbytes
 
     torch.manual_seed(cfg.seed)
-    model = build_model(model_config, cfg.model)
+    model = build_model(model_config, cfg.model, deepspeed_config(cfg.train))  # ZeRO-3: its init, whole
     parts: list[Any] = [ship_state(model.state_dict(), dtype)]
     if optimizer_state:
         tcfg = cfg.train
