@@ -35,6 +35,9 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(CompareConfig, args.config, args.overrides)
     plan = build_plan(cfg)
     if args.dry_run:
+        for seed, trunk in plan.trunks.items():
+            state = "finished" if is_finished(trunk.run_dir) else "to run"
+            print(f"{trunk.name:<32} {state} (trunk of seed {seed}: {plan.trunk_steps} steps, every arm starts there)")
         for spec in plan.runs:
             state = "finished" if is_finished(spec.run_dir) else ("cannot be built" if spec.config is None else "to run")
             print(f"{spec.name:<32} {state}{': ' + spec.error if spec.error else ''}")

@@ -47,6 +47,40 @@ class ArmConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TrunkConfig:
+    """A shared trunk: per seed one run of ``arm`` for ``steps`` steps (the LR schedule of the full
+    ``train.steps``), whose final checkpoint every arm of that seed starts from (``trunk.py``)."""
+
+    steps: int = 0
+    """The branch point (0: no trunk, every arm starts from scratch). A multiple of every arm's
+    ``schedule.L``, below ``train.steps``; past the loss plateau."""
+    arm: str | None = None
+    """The arm whose config trains the trunk (default: the baseline arm, random order)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportConfig:
+    """How each run is read out for the verdicts (``readout.py``)."""
+
+    metric: Literal["final", "last_k_mean", "auc"] = "final"
+    """``final``: the last evaluation; ``last_k_mean``: the mean of the last ``k`` evaluations;
+    ``auc``: the area under the eval curve over its step span (after the trunk, if any). The
+    verdicts use it and also show the final value."""
+    k: int = 3
+    """Evaluations averaged by ``last_k_mean``."""
+    power: float = 0.8
+    """The power the "seeds needed" line of each verdict is computed for (two-sided, at 1 − confidence)."""
+
+    def __post_init__(self) -> None:
+        if self.metric not in ("final", "last_k_mean", "auc"):
+            raise ValueError(f"report.metric={self.metric!r} must be final, last_k_mean or auc")
+        if self.k < 1:
+            raise ValueError(f"report.k={self.k} must be >= 1")
+        if not 0.5 <= self.power < 1.0:
+            raise ValueError(f"report.power={self.power} must be in [0.5, 1)")
+
+
+@dataclass(frozen=True, kw_only=True)
 class CompareConfig:
     """A grid of arms × seeds at equal training tokens, and its report."""
 
@@ -82,6 +116,13 @@ class CompareConfig:
     """CPUs reserved for each run's driver task when runs go in parallel."""
     confidence: float = 0.95
     """Confidence level of the paired intervals."""
+    trunk: TrunkConfig = field(default_factory=TrunkConfig)
+    """A shared trunk every arm of a seed branches from (``steps: 0``: none)."""
+    report: ReportConfig = field(default_factory=ReportConfig)
+    """The read-out of each run the verdicts use (final, mean of the last k evaluations, AUC)."""
+    aa_arm: str | None = None
+    """An A/A arm: the baseline with another order seed (``schedule.order_seed: 1``); its paired sd
+    against the baseline is the order noise the report prints."""
     ray: RayClusterConfig = field(default_factory=RayClusterConfig)
     """How this process connects to Ray (every run shares the connection)."""
 
@@ -104,5 +145,13 @@ class CompareConfig:
             raise ValueError(f"driver_cpus={self.driver_cpus} must be > 0")
         if not 0.5 < self.confidence < 1.0:
             raise ValueError(f"confidence={self.confidence} must be in (0.5, 1)")
+        if self.aa_arm is not None and (self.aa_arm not in names or self.aa_arm == self.baseline):
+            raise ValueError(f"aa_arm={self.aa_arm!r} must be an arm other than the baseline; arms: {names}")
+        if self.trunk.steps < 0:
+            raise ValueError(f"trunk.steps={self.trunk.steps} must be >= 0")
+        if self.trunk.arm is not None and self.trunk.arm not in names:
+            raise ValueError(f"trunk.arm={self.trunk.arm!r} is not an arm; arms: {names}")
+        if self.trunk.steps and self.init_from is not None:
+            raise ValueError("trunk: and init_from: exclude each other (the trunk is where every arm starts)")
         if self.init_from is not None and self.mode != "finetune":
             raise ValueError("init_from is for mode: finetune")

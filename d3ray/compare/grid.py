@@ -160,12 +160,50 @@ def _execute(plan: ComparePlan, todo: list[RunSpec]) -> list[RunOutcome]:
     owns_ray = start_ray(plan.compare.ray, worker_env(plan.base))
     try:
         limit = plan.compare.max_concurrent_runs or derive_concurrency(plan, todo)
-        if limit == 1:
-            return [_run_here(plan, spec) for spec in todo]
-        return _run_as_tasks(plan, todo, limit)
+
+        def run(specs: list[RunSpec]) -> list[RunOutcome]:
+            if not specs:
+                return []
+            return [_run_here(plan, spec) for spec in specs] if limit == 1 else _run_as_tasks(plan, specs, limit)
+
+        todo, failed = _branch_from_trunks(plan, todo, run)
+        return failed + run(todo)
     finally:
         if owns_ray:
             ray.shutdown()
+
+
+def _branch_from_trunks(plan: ComparePlan, todo: list[RunSpec], run: Any) -> tuple[list[RunSpec], list[RunOutcome]]:
+    """With a trunk: train the unfinished trunks of the seeds in ``todo`` (``run``), then give every run
+    its branch checkpoint (``trunk.branch_checkpoint``). Returns the runs ready to start and the
+    outcomes of those that cannot (their trunk failed)."""
+    if not plan.trunks:
+        return todo, []
+    from d3ray.compare.trunk import BRANCH_DIR, branch_checkpoint
+
+    trunks = [plan.trunks[seed] for seed in sorted({spec.seed for spec in todo})]
+    pending = [t for t in trunks if not is_finished(t.run_dir)]
+    print(f"compare: {len(trunks)} trunks of {plan.trunk_steps} steps, {len(pending)} to train", flush=True)
+    trunk_errors = {o.spec.seed: o.error for o in run(pending) if not o.ok}
+    ready, failed = [], []
+    for spec in todo:
+        assert spec.config is not None
+        error = trunk_errors.get(spec.seed)
+        if error is None:
+            try:
+                branch_checkpoint(plan.trunks[spec.seed].run_dir, plan.trunk_steps, spec.run_dir / BRANCH_DIR,
+                                  plan.same_stream.get(spec.arm, False), spec.config.schedule.L)
+            except (ValueError, OSError) as err:  # ConfigError is a ValueError: no trunk checkpoint at N
+                error = _describe(err)
+        else:
+            error = f"its trunk trunk-s{spec.seed} failed: {error}"
+        if error is None:
+            ready.append(spec)
+        else:
+            outcome = RunOutcome(spec, "failed", error=error)
+            _record(outcome)
+            failed.append(outcome)
+    return ready, failed
 
 
 def derive_concurrency(plan: ComparePlan, todo: list[RunSpec]) -> int:

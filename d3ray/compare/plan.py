@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from d3ray.compare.config import ArmConfig, CompareConfig
+from d3ray.compare.trunk import BRANCH_DIR, same_stream
 from d3ray.config import RunConfig, absolute_paths
 from d3ray.config_loading import ConfigError, apply_overrides, flatten_dotted, from_dict, load_config, to_dict
 from d3ray.registry import ChoiceConfig
@@ -40,6 +41,8 @@ EQUAL_TOKEN_KEYS = (
 )
 #: Set per run by the comparison; an arm cannot set them.
 RUN_KEYS = ("name", "seed", "output_dir", "storage_path")
+#: Set per run by the comparison's trunk (``trunk:``); an arm cannot set them.
+TRUNK_KEYS = ("train.stop_at_step", "train.init_checkpoint")
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,15 @@ class ComparePlan:
     """Arm → is it a method under test (else a baseline)."""
     shared_tokenizer: Path | None
     """``<output_dir>/tokenizer``: trained once for every run (pre-training on files), else None."""
+    trunks: dict[int, RunSpec] = dataclasses.field(default_factory=dict)
+    """Seed → its shared trunk run (``trunk:``; ``<output_dir>/trunks/trunk-s<seed>``); empty without."""
+    same_stream: dict[str, bool] = dataclasses.field(default_factory=dict)
+    """Arm → whether it reads the trunk's chunk stream (then it keeps the trunk's data cursor)."""
+
+    @property
+    def trunk_steps(self) -> int:
+        """The branch point (0 without a trunk): the report reads the evaluations after it."""
+        return self.compare.trunk.steps
 
     @property
     def output_dir(self) -> Path:
@@ -111,10 +123,12 @@ def build_plan(cfg: CompareConfig) -> ComparePlan:
     base_cfg = from_dict(RunConfig, base)
     runs: list[RunSpec] = []
     methods: dict[str, bool] = {}
+    arm_cfgs: dict[str, RunConfig | None] = {}
     for arm in cfg.arms:
         arm_cfg, error = _arm_config(base, arm)
         if arm_cfg is not None:
             check_equal_tokens(base_cfg, arm_cfg, arm.name)
+        arm_cfgs[arm.name] = arm_cfg
         methods[arm.name] = arm.method if arm.method is not None else (arm_cfg is not None and orders_with_d3(arm_cfg))
         for seed in cfg.seeds:
             name = f"{arm.name}-s{seed}"
@@ -122,7 +136,41 @@ def build_plan(cfg: CompareConfig) -> ComparePlan:
             if arm_cfg is not None:
                 config = dataclasses.replace(arm_cfg, seed=seed, name=name, output_dir=str(output_dir / "runs"))
             runs.append(RunSpec(arm.name, seed, name, output_dir / "runs" / name, config, error))
-    return ComparePlan(cfg, base_cfg, runs, methods, shared_tokenizer)
+    if not cfg.trunk.steps:
+        return ComparePlan(cfg, base_cfg, runs, methods, shared_tokenizer)
+    trunk_cfg = _trunk_config(cfg, base_cfg, arm_cfgs)
+    trunks = {seed: RunSpec("trunk", seed, f"trunk-s{seed}", output_dir / "trunks" / f"trunk-s{seed}",
+                            dataclasses.replace(trunk_cfg, seed=seed, name=f"trunk-s{seed}",
+                                                output_dir=str(output_dir / "trunks")))
+              for seed in cfg.seeds}
+    same = {a: c is not None and same_stream(trunk_cfg, c) for a, c in arm_cfgs.items()}
+    runs = [r if r.config is None else dataclasses.replace(r, config=_branched(r.config, r.run_dir / BRANCH_DIR))
+            for r in runs]
+    return ComparePlan(cfg, base_cfg, runs, methods, shared_tokenizer, trunks, same)
+
+
+def _trunk_config(cfg: CompareConfig, base: RunConfig, arm_cfgs: dict[str, RunConfig | None]) -> RunConfig:
+    """The trunk's RunConfig: the trunk arm's, stopped at ``trunk.steps`` (its LR schedule is that of
+    ``train.steps``), checked against every arm's chunk length.
+
+    Raises:
+        ConfigError: naming ``trunk.steps`` or ``trunk.arm``.
+    """
+    steps, name = cfg.trunk.steps, cfg.trunk.arm or cfg.baseline
+    if not 0 < steps < base.train.steps:
+        raise ConfigError(f"trunk.steps={steps} must be in (0, train.steps={base.train.steps})")
+    trunk = arm_cfgs[name]
+    if trunk is None:
+        raise ConfigError(f"trunk.arm={name!r}: that arm's config cannot be built, so the trunk cannot")
+    for arm, c in [("trunk", trunk), *arm_cfgs.items()]:
+        if c is not None and steps % c.schedule.L:
+            raise ConfigError(f"trunk.steps={steps} must be a multiple of schedule.L={c.schedule.L} (arm {arm!r}): "
+                              "every arm branches at a chunk boundary")
+    return dataclasses.replace(trunk, train=dataclasses.replace(trunk.train, stop_at_step=steps))
+
+
+def _branched(cfg: RunConfig, checkpoint: Path) -> RunConfig:
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, init_checkpoint=str(checkpoint)))
 
 
 def _arm_config(base: dict[str, Any], arm: ArmConfig) -> tuple[RunConfig | None, str | None]:
@@ -131,6 +179,8 @@ def _arm_config(base: dict[str, Any], arm: ArmConfig) -> tuple[RunConfig | None,
     for key in flat:
         if key.split(".")[0] in RUN_KEYS:
             raise ConfigError(f"arm {arm.name!r}: {key!r} is set per run by the comparison; an arm cannot set it")
+        if key in TRUNK_KEYS:
+            raise ConfigError(f"arm {arm.name!r}: {key!r} is set by the comparison's trunk; an arm cannot set it")
     try:
         return from_dict(RunConfig, _with_overrides(base, arm.set, f"arm {arm.name!r}")), None
     except ConfigError as err:

@@ -21,6 +21,7 @@ from typing import Any
 
 from d3ray.compare.grid import RunOutcome
 from d3ray.compare.plan import EQUAL_TOKEN_KEYS, ComparePlan
+from d3ray.compare.readout import PAPER_EFFECT_NATS, readout_key, seeds_for_power
 from d3ray.compare.stats import BETTER, FEW, TIE, WORSE, PairedComparison, lower_is_better
 from d3ray.compare.table import (
     EQUAL_COMPUTE,
@@ -46,23 +47,33 @@ def write_report(plan: ComparePlan, outcomes: list[RunOutcome], command: str = "
     records = run_records(plan, outcomes)
     values = metric_values(records)
     cfg = plan.compare
-    metrics = report_metrics(values, cfg.metric)
+    primary = primary_metric(plan)
+    metrics = report_metrics(values, primary, cfg.metric)
     results = {m: compare_metric(m, values[m], arm_ses(records, m), plan.arms, plan.methods, cfg.baseline,
                                  cfg.confidence) for m in metrics}
     entropy = unigram_figures(plan, records)
     from d3ray.compare.plots import write_plots
 
     plots = write_plots(plan, records, values, out)
-    (out / "results.csv").write_text(results_csv(results))
+    (out / "results.csv").write_text(results_csv(results, cfg.report.power, cfg.confidence))
     (out / "runs.csv").write_text(runs_csv(records))
     (out / "results.md").write_text(results_markdown(plan, records, results, entropy, plots, command))
     return {"dir": out, "results": results, "records": records}
 
 
-def report_metrics(values: dict[str, dict[str, dict[int, float]]], primary: str) -> list[str]:
-    """The metrics compared: the primary, at equal compute, every other eval metric, the compute total."""
-    evals = sorted(k for k in values if k.startswith("eval/") and k != primary and EQUAL_COMPUTE not in k)
-    ordered = [primary, primary + EQUAL_COMPUTE, *evals, "compute/total_sec"]
+def primary_metric(plan: ComparePlan) -> str:
+    """The key the verdicts use: ``metric`` under ``report.metric`` (``eval/mean_loss@last3``, ...)."""
+    report = plan.compare.report
+    return readout_key(plan.compare.metric, report.metric, report.k)
+
+
+def report_metrics(values: dict[str, dict[str, dict[int, float]]], primary: str, final: str | None = None) -> list[str]:
+    """The metrics compared: the primary read-out, the final value, at equal compute, every other eval
+    metric, the compute total."""
+    final = final or primary
+    head = list(dict.fromkeys([primary, final, final + EQUAL_COMPUTE]))
+    evals = sorted(k for k in values if k.startswith("eval/") and k not in head and EQUAL_COMPUTE not in k)
+    ordered = [*head, *evals, "compute/total_sec"]
     return [m for m in ordered if m in values]
 
 
@@ -111,27 +122,46 @@ def _p_holm(c: PairedComparison) -> str:
     return _p(c.p_value) + (f", Holm {_p(c.p_holm)} over {c.family}" if c.family > 1 else "")
 
 
-def sentence(result: ArmResult, base: str, base_mean: float, confidence: float = 0.95) -> str:
-    """One plain sentence: the arm against ``base`` on the result's metric."""
+def power_line(c: PairedComparison, metric: str, confidence: float = 0.95, power: float = 0.8) -> str:
+    """The paired sd, and the seeds a paired t-test needs for ``power`` at level 1 − ``confidence``:
+    for the observed Δ and (a loss) for the D3 paper's −4.2% perplexity (``readout.py``)."""
+    if not math.isfinite(c.std_diff):
+        return ""
+    alpha, pct = 1.0 - confidence, int(round(100 * power))
+
+    def seeds(effect: float) -> str:
+        n = seeds_for_power(effect, c.std_diff, power, alpha)
+        return f"{n:.0f}" if math.isfinite(n) else "∞"
+
+    line = f"paired sd {_fmt(c.std_diff)}; {pct}% power needs {seeds(c.mean_diff)} seeds for this Δ"
+    if metric.split("@")[0].endswith("loss"):
+        line += f", {seeds(PAPER_EFFECT_NATS)} for the paper's −4.2% perplexity (Δ {_fmt(PAPER_EFFECT_NATS)} nats)"
+    return line
+
+
+def sentence(result: ArmResult, base: str, base_mean: float, confidence: float = 0.95, power: float = 0.8) -> str:
+    """One plain sentence: the arm against ``base`` on the result's metric, and its power line."""
     c = result.vs_baseline
     assert c is not None
     better_word = "lower" if lower_is_better(result.metric) else "higher"
     ppl = ""
-    if result.metric.removesuffix(EQUAL_COMPUTE).endswith("loss") and math.isfinite(c.mean_diff):
+    if result.metric.split("@")[0].endswith("loss") and math.isfinite(c.mean_diff):
         ppl = f" (perplexity {_pct(math.exp(c.mean_diff) - 1)})"  # e^loss: the paper's relative perplexity
     detail = (f"{result.summary.format()} vs {_fmt(base_mean)}: {_pct(c.rel_change)}{ppl}, paired Δ {_fmt(c.mean_diff)} "
               f"({int(100 * confidence)}% CI [{_fmt(c.ci_low)}, {_fmt(c.ci_high)}], p {_p_holm(c)}, "
               f"{better_word} in {c.wins}/{c.n} seeds")
     if math.isfinite(result.eval_se):
         detail += f"; eval SE {_fmt(result.eval_se)}"
-    return f"{detail}) — it **{PHRASES[c.verdict].format(base=base)}**"
+    powered = power_line(c, result.metric, confidence, power)
+    return f"{detail}) — it **{PHRASES[c.verdict].format(base=base)}**" + (f". Power: {powered}" if powered else "")
 
 
 def results_markdown(plan: ComparePlan, records: list[RunRecord], results: dict[str, list[ArmResult]],
                      entropy: dict[str, float], plots: list[Path], command: str) -> str:
     cfg = plan.compare
     base = cfg.baseline
-    primary = cfg.metric
+    primary, final_metric = primary_metric(plan), cfg.metric
+    power = cfg.report.power
     lines = [f"# Comparison: {cfg.name}", ""]
     if command:
         lines += ["Made by:", "", "```bash", command, "```", ""]
@@ -150,10 +180,16 @@ def results_markdown(plan: ComparePlan, records: list[RunRecord], results: dict[
         lines += [f"Tokens the finished runs trained (their `tokens`): {tokens[0]:,}"
                   + (f" to {tokens[-1]:,} (SFT rows are padded: the budget counts padding)" if len(tokens) > 1 else "")
                   + ".", ""]
+    lines += _trunk_section(plan)
     lines += _runs_section(records)
     if primary in results:
         lines += ["## Verdicts", ""]
-        for label, metric in (("equal tokens", primary), ("equal compute", primary + EQUAL_COMPUTE)):
+        lines += _order_noise(cfg.aa_arm, base, results, primary, final_metric)
+        readings = [("equal tokens", primary)]
+        if final_metric != primary:
+            readings.append(("equal tokens, final evaluation", final_metric))
+        readings.append(("equal compute", final_metric + EQUAL_COMPUTE))
+        for label, metric in readings:
             for r in results.get(metric, []):
                 if r.vs_baseline is None:
                     continue
@@ -164,29 +200,30 @@ def results_markdown(plan: ComparePlan, records: list[RunRecord], results: dict[
                            if finished else "no finished run")
                     lines.append(f"- **{r.arm}** at {label}: no value ({why}).")
                     continue
-                lines.append(f"- **{r.arm}** at {label}, `{primary}` {sentence(r, base, base_mean, cfg.confidence)}.")
+                shown = metric.removesuffix(EQUAL_COMPUTE)
+                lines.append(f"- **{r.arm}** at {label}, `{shown}` {sentence(r, base, base_mean, cfg.confidence, power)}.")
                 if r.vs_best_baseline is not None and r.best_baseline is not None:
                     best_mean = next(x.summary.mean for x in results[metric] if x.arm == r.best_baseline)
                     vs_best = ArmResult(metric, r.arm, r.method, r.summary, r.eval_se, r.vs_best_baseline)
                     lines.append(f"  Against the best baseline **{r.best_baseline}**: "
-                                 f"{sentence(vs_best, r.best_baseline, best_mean, cfg.confidence)}.")
+                                 f"{sentence(vs_best, r.best_baseline, best_mean, cfg.confidence, power)}.")
         lines.append("")
     if entropy:
-        final = next((x.summary.mean for x in results.get(primary, []) if x.arm == base), float("nan"))
+        final = next((x.summary.mean for x in results.get(final_metric, []) if x.arm == base), float("nan"))
         cross, floor = entropy.get("cross_entropy/mean", float("nan")), entropy.get("entropy/mean", float("nan"))
         lines += ["## Unigram baselines of the validation text", "",
                   "Under the runs' tokenizer, on the evaluated sequences, nats per token averaged over domains "
                   "like `eval/mean_loss` (`d3ray/compare/unigram.py`): unigram cross-entropy (a unigram model "
                   f"fitted on the training text) **{_fmt(cross)}**; entropy of the validation tokens' own "
                   f"frequencies per domain (a floor no unigram model reaches) {_fmt(floor)}, pooled "
-                  f"{_fmt(entropy.get('entropy/pooled'))}. The baseline's final `{primary}` is **{_fmt(final)}**: "
+                  f"{_fmt(entropy.get('entropy/pooled'))}. The baseline's final `{final_metric}` is **{_fmt(final)}**: "
                   f"{_fmt(cross - final)} nats below the unigram cross-entropy, {_fmt(floor - final)} below the floor.",
                   ""]
-    for metric in (primary, primary + EQUAL_COMPUTE):
+    for metric in dict.fromkeys((primary, final_metric, final_metric + EQUAL_COMPUTE)):
         if metric in results:
             lines += _full_table(metric, results[metric], base, records)
     lines += _compute_table(records, plan.arms, base)
-    rest = [m for m in results if m not in (primary, primary + EQUAL_COMPUTE, "compute/total_sec")
+    rest = [m for m in results if m not in (primary, final_metric, final_metric + EQUAL_COMPUTE, "compute/total_sec")
             and not m.endswith("/ppl")]
     if rest:
         lines += ["## Every evaluation metric", "",
@@ -212,6 +249,37 @@ def results_markdown(plan: ComparePlan, records: list[RunRecord], results: dict[
     return "\n".join(lines)
 
 
+def _trunk_section(plan: ComparePlan) -> list[str]:
+    if not plan.trunks:
+        return []
+    t = plan.compare.trunk
+    arm = t.arm or plan.compare.baseline
+    return ["## Shared trunk", "",
+            f"Every arm of a seed branches from one checkpoint at step **{t.steps}** of `{arm}`'s config "
+            f"(`trunk-s<seed>` in `{plan.output_dir / 'trunks'}`; the LR schedule is that of the full run): "
+            f"weights, optimizer state, LR position and data cursor are shared, and each arm's scheduler starts "
+            f"fresh there (`d3ray/compare/trunk.py`). Read-outs over several evaluations use those after step "
+            f"{t.steps}; every value in this report is from the arms' own steps {t.steps + 1}..{plan.base.train.steps}.",
+            ""]
+
+
+def _order_noise(aa: str | None, base: str, results: dict[str, list[ArmResult]], primary: str,
+                 final: str) -> list[str]:
+    """The A/A line: the paired sd of (the baseline with another order seed) − (the baseline)."""
+    if aa is None:
+        return []
+    parts = []
+    for metric in dict.fromkeys((primary, final)):
+        c = next((r.vs_baseline for r in results.get(metric, []) if r.arm == aa), None)
+        if c is not None and math.isfinite(c.std_diff):
+            parts.append(f"{_fmt(c.std_diff)} on `{metric}` (mean Δ {_fmt(c.mean_diff)}, {c.n} seeds)")
+    if not parts:
+        return [f"- **Order noise** (A/A: `{aa}` − `{base}`): not measured (fewer than 2 paired seeds).", ""]
+    return [f"- **Order noise** (A/A: `{aa}` − `{base}`, the same seeds, only the order seed differs): paired sd "
+            + "; ".join(parts) + ". An arm whose Δ is within a few of these of 0 differs from "
+            f"`{base}` by no more than another random order does.", ""]
+
+
 def _runs_section(records: list[RunRecord]) -> list[str]:
     failed = [r for r in records if r.status == "failed"]
     counts = {s: sum(r.status == s for r in records) for s in ("done", "skipped", "failed")}
@@ -228,6 +296,10 @@ def _runs_section(records: list[RunRecord]) -> list[str]:
 
 def _full_table(metric: str, rows: list[ArmResult], base: str, records: list[RunRecord]) -> list[str]:
     title = "at equal compute" if metric.endswith(EQUAL_COMPUTE) else "at equal tokens (final evaluation)"
+    if "@last" in metric:
+        title = f"at equal tokens (mean of the last {metric.rsplit('@last', 1)[1]} evaluations)"
+    elif metric.endswith("@auc"):
+        title = "at equal tokens (area under the eval curve over its step span)"
     lines = [f"## `{metric.removesuffix(EQUAL_COMPUTE)}` {title}", "",
              f"| arm | kind | n | mean ± std | eval SE | Δ vs {base} | rel. | CI of Δ | p | wins | verdict |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -281,10 +353,11 @@ def _compute_table(records: list[RunRecord], arms: list[str], base: str) -> list
 
 CSV_FIELDS = ["metric", "arm", "kind", "best_baseline", "n", "mean", "std", "eval_se", "diff_vs_baseline",
               "rel_change_pct", "ci_low", "ci_high", "boot_low", "boot_high", "p_value", "p_holm", "wins", "verdict",
-              "diff_vs_best_baseline", "p_vs_best_baseline", "verdict_vs_best_baseline"]
+              "diff_vs_best_baseline", "p_vs_best_baseline", "verdict_vs_best_baseline", "std_diff",
+              "seeds_for_power_observed", "seeds_for_power_paper"]
 
 
-def results_csv(results: dict[str, list[ArmResult]]) -> str:
+def results_csv(results: dict[str, list[ArmResult]], power: float = 0.8, confidence: float = 0.95) -> str:
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=CSV_FIELDS)
     writer.writeheader()
@@ -301,7 +374,10 @@ def results_csv(results: dict[str, list[ArmResult]]) -> str:
                 "wins": c and c.wins,
                 "verdict": c.verdict if c else "baseline",
                 "diff_vs_best_baseline": b and b.mean_diff, "p_vs_best_baseline": b and b.p_value,
-                "verdict_vs_best_baseline": b.verdict if b else ""}))
+                "verdict_vs_best_baseline": b.verdict if b else "", "std_diff": c and c.std_diff,
+                "seeds_for_power_observed": c and seeds_for_power(c.mean_diff, c.std_diff, power, 1 - confidence),
+                "seeds_for_power_paper": c and metric.split("@")[0].endswith("loss") and seeds_for_power(
+                    PAPER_EFFECT_NATS, c.std_diff, power, 1 - confidence) or None}))
     return out.getvalue()
 
 

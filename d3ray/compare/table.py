@@ -27,6 +27,7 @@ from d3ray.compare.compute import (
 )
 from d3ray.compare.grid import RunOutcome
 from d3ray.compare.plan import ComparePlan
+from d3ray.compare.readout import curve_auc, last_k_mean, readout_key
 from d3ray.compare.stats import (
     PairedComparison,
     Summary,
@@ -101,9 +102,19 @@ def run_records(plan: ComparePlan, outcomes: list[RunOutcome]) -> list[RunRecord
             record.se.update(exact_match_se(spec.run_dir, record.metrics))
             record.compute = run_compute(spec.run_dir, spec.config.train.num_workers, influence_actors(spec.config))
             record.metrics.update(record.compute.as_metrics())
+            record.metrics.update(readouts(spec.run_dir, plan.compare.metric, plan.compare.report.k, plan.trunk_steps))
         records.append(record)
     _add_equal_compute(plan, records)
     return records
+
+
+def readouts(run_dir: Path, metric: str, k: int, after_step: int) -> dict[str, float]:
+    """``<metric>@last<k>`` and ``<metric>@auc`` of the run's eval curve after ``after_step`` (the trunk's
+    end; ``readout.py``), where it has evaluations there."""
+    steps, values = eval_curve(run_dir, metric)
+    out = {readout_key(metric, "last_k_mean", k): last_k_mean(steps, values, k, after_step),
+           readout_key(metric, "auc", 0): curve_auc(steps, values, after_step)}
+    return {key: v for key, v in out.items() if math.isfinite(v)}
 
 
 def _add_equal_compute(plan: ComparePlan, records: list[RunRecord]) -> None:

@@ -296,7 +296,13 @@ class ScheduleCoordinator:
                     self._cond.notify_all()
         with self._observe_lock:
             through = int(state.get("observed_through", -1))
-            if "scheduler" in state and through > self._observed_through:
+            if "branch_at" in state and "scheduler" not in state:
+                # A compare arm branching from a shared trunk (d3ray/compare/trunk.py): its scheduler
+                # starts fresh at that chunk and sees no feedback of the trunk's chunks.
+                with self._cond:
+                    self._observed_through = max(self._observed_through, int(state["branch_at"]) - 1)
+                    self._cond.notify_all()
+            elif "scheduler" in state and through > self._observed_through:
                 self._scheduler.load_state_dict(state["scheduler"])
                 with self._cond:
                     self._observed_through = through

@@ -16,6 +16,14 @@ class TrainConfig:
 
     steps: int = 120
     """Optimizer steps (one global batch each). The stream restarts (next epoch) if data runs out."""
+    stop_at_step: int = 0
+    """Stop (with a checkpoint) after this many steps while the LR schedule stays that of ``steps``:
+    the shared trunk of a ``d3ray compare`` (``trunk:``). 0: train all ``steps``."""
+    init_checkpoint: str | None = None
+    """A checkpoint directory a fresh run starts from, with its full state (weights, optimizer, LR
+    position, data cursor, and the schedule state the checkpoint carries): the arms of a compare
+    trunk (``d3ray/compare/trunk.py`` strips the trunk's scheduler state). Unused once the run has a
+    checkpoint of its own (a resumed run)."""
     global_batch_size: int = 8
     """B: sequences per optimizer step, across all workers and accumulation micro-steps."""
     micro_batch_size: int = 4
@@ -80,6 +88,8 @@ class TrainConfig:
             raise ValueError(f"train.precision={self.precision!r} must be auto, bf16 or fp32")
         if self.steps < 1:
             raise ValueError(f"train.steps={self.steps} must be >= 1")
+        if not 0 <= self.stop_at_step < self.steps:
+            raise ValueError(f"train.stop_at_step={self.stop_at_step} must be in [0, train.steps={self.steps})")
         if self.num_workers < 1:
             raise ValueError(f"train.num_workers={self.num_workers} must be >= 1")
         if self.global_batch_size % per_step:

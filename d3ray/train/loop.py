@@ -203,6 +203,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
         scorer = ShardedScorer(engine, spec.in_trainer_influence.config, rank, world, nan_batches=nan_batches)
     state = TrainState()
     checkpoint = ray.train.get_checkpoint()
+    if checkpoint is None and tcfg.init_checkpoint:  # a branch of a shared trunk (d3ray compare)
+        checkpoint = ray.train.Checkpoint.from_directory(tcfg.init_checkpoint)
     if checkpoint is not None:
         with checkpoint.as_directory() as d:
             state = load_checkpoint(engine, Path(d), rank)
@@ -261,7 +263,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     start_tokens = state.tokens
     loss_value = float("nan")
     next_ref = coordinator.get_chunk.remote(state.next_chunk)
-    while state.step < tcfg.steps:
+    end = tcfg.stop_at_step or tcfg.steps  # a compare trunk stops early; its LR schedule is that of tcfg.steps
+    while state.step < end:
         t_wait = time.perf_counter()
         try:
             chunk = ray.get(next_ref)
@@ -308,9 +311,9 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                                   "time/wait_sec": wait_s if p == first_position else 0.0})
                 if state.step % tcfg.log_every == 0 or state.step == tcfg.steps:
                     print(progress_line(state.step, tcfg.steps, loss_value, tps, lr, wait_s), flush=True)
-            if tcfg.eval_every and state.step % tcfg.eval_every == 0 and state.step < tcfg.steps:
+            if tcfg.eval_every and state.step % tcfg.eval_every == 0 and state.step < end:
                 last_eval = run_eval()
-            if state.step >= tcfg.steps:
+            if state.step >= end:
                 break
         chunk_done = state.position >= chunk.steps
         if chunk_done and logs is not None:
@@ -327,9 +330,9 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                     domains=tuple(d for p, ds in enumerate(chunk.domains) if trained[p] for d in ds),
                     losses=chunk_losses[trained].reshape(-1)))
             state.next_chunk, state.position = chunk.chunk_id + 1, 0
-            if state.step < tcfg.steps:
+            if state.step < end:
                 prepare_next_chunks()
-        finished = state.step >= tcfg.steps
+        finished = state.step >= end
         if finished:
             last_eval = run_eval()
         due = checkpoint_due(finished=finished, chunk_done=chunk_done, next_chunk=state.next_chunk,

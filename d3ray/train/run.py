@@ -174,6 +174,8 @@ def pre_run_context(cfg: RunConfig, prepared: Any, domains: list[str]) -> Any:
 
     data = dataclasses.replace(prepared.data, tokenizer=dataclasses.replace(
         prepared.data.tokenizer, path=str(prepared.tokenizer_dir)))
+    # pre-runs train from scratch, never from a compare trunk's branch point (train.init_checkpoint)
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, init_checkpoint=None, stop_at_step=0))
     if prepared.sft is not None:
         cfg = dataclasses.replace(cfg, sft=prepared.sft, eval=dataclasses.replace(
             cfg.eval, sft_paths=list(prepared.sft_eval_paths), tasks=prepared.eval_tasks))

@@ -1,0 +1,61 @@
+"""Read-outs of an eval curve (last-k mean, AUC) and the seeds a paired t-test needs: hand-computed cases."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from d3ray.compare.readout import (
+    PAPER_EFFECT_NATS,
+    curve_auc,
+    last_k_mean,
+    paired_power,
+    readout_key,
+    seeds_for_power,
+)
+
+STEPS = [4, 8, 12, 16]
+VALUES = [6.0, 4.0, 3.0, 2.0]
+
+
+def test_last_k_mean_known_curve_averages_the_last_k():
+    assert last_k_mean(STEPS, VALUES, 2) == pytest.approx(2.5)  # (3 + 2) / 2
+    assert last_k_mean(STEPS, VALUES, 10) == pytest.approx(3.75)  # fewer than k: all four
+
+
+def test_last_k_mean_after_trunk_ignores_the_trunks_evaluations():
+    assert last_k_mean(STEPS, VALUES, 3, after_step=8) == pytest.approx(2.5)  # steps 12, 16 only
+    assert math.isnan(last_k_mean(STEPS, VALUES, 3, after_step=16))
+
+
+def test_curve_auc_known_curve_is_trapezoid_area_over_span():
+    # trapezoids: 4·(6+4)/2 + 4·(4+3)/2 + 4·(3+2)/2 = 20 + 14 + 10 = 44 over the span 12
+    assert curve_auc(STEPS, VALUES) == pytest.approx(44 / 12)
+    # after step 4: 14 + 10 = 24 over 8
+    assert curve_auc(STEPS, VALUES, after_step=4) == pytest.approx(3.0)
+    assert curve_auc([16], [2.0]) == 2.0
+
+
+def test_readout_key_names_the_readout_and_refuses_unknown():
+    assert readout_key("eval/mean_loss", "final", 3) == "eval/mean_loss"
+    assert readout_key("eval/mean_loss", "last_k_mean", 3) == "eval/mean_loss@last3"
+    assert readout_key("eval/mean_loss", "auc", 3) == "eval/mean_loss@auc"
+    with pytest.raises(ValueError, match="report.metric"):
+        readout_key("eval/mean_loss", "median", 3)
+
+
+def test_seeds_for_power_effect_size_one_needs_ten_pairs():
+    # d/s = 1: the z guess (1.96 + 0.84)² = 7.85 is too few; the t test needs n = 10 (power 0.803; n = 9: 0.75),
+    # as G*Power's paired t-test gives; d/s = 0.5: 34
+    assert seeds_for_power(0.1, 0.1) == 10
+    assert paired_power(0.1, 0.1, 10) == pytest.approx(0.8031, abs=1e-3)
+    assert paired_power(0.1, 0.1, 9) < 0.8
+    assert seeds_for_power(-0.05, 0.1) == 34
+
+
+def test_seeds_for_power_paper_effect_and_degenerate_inputs():
+    assert PAPER_EFFECT_NATS == pytest.approx(math.log(0.958))  # −4.2% perplexity ≈ −0.0429 nats
+    assert seeds_for_power(PAPER_EFFECT_NATS, 0.11) > seeds_for_power(0.05, 0.11) > 30  # issue #28: ~45 at 0.05
+    assert seeds_for_power(0.0, 0.1) == math.inf
+    assert seeds_for_power(0.1, float("nan")) == math.inf

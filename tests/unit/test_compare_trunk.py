@@ -1,0 +1,94 @@
+"""The shared trunk: its plan (a trunk per seed, stopped at the branch point; every arm starting from its
+checkpoint) and the branch checkpoint (the trunk's state with a fresh scheduler's schedule state)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from d3ray.compare.config import CompareConfig
+from d3ray.compare.plan import build_plan
+from d3ray.compare.trunk import BRANCH_DIR, branch_checkpoint, branch_schedule_state
+from d3ray.config_loading import ConfigError, from_dict, load_config
+
+ARMS = [{"name": "random", "set": {"schedule.type": "random"}},
+        {"name": "aa", "set": {"schedule.type": "random", "schedule.order_seed": 1}},
+        {"name": "reverse", "set": {"schedule.order_transform": "reverse"}},
+        {"name": "loss-select", "set": {"schedule": {"type": "loss", "fraction": 0.5}}}]
+
+
+def compare_config(tmp_path, trunk_steps, arms=ARMS):
+    return from_dict(CompareConfig, {
+        "base_config": "jobs/configs/tiny.yaml", "set": {"train.steps": 32}, "seeds": [0, 1],
+        "output_dir": str(tmp_path / "cmp"), "arms": arms, "trunk": {"steps": trunk_steps},
+        "aa_arm": "aa" if any(a["name"] == "aa" for a in arms) else None})
+
+
+def test_plan_trunk_per_seed_stops_at_branch_point_and_arms_start_from_it(tmp_path):
+    plan = build_plan(compare_config(tmp_path, 16))
+    trunk = plan.trunks[1]
+    assert trunk.name == "trunk-s1" and trunk.run_dir == tmp_path / "cmp" / "trunks" / "trunk-s1"
+    assert trunk.config.schedule.type_name == "random" and trunk.config.seed == 1
+    assert (trunk.config.train.steps, trunk.config.train.stop_at_step) == (32, 16)  # the LR schedule of 32 steps
+    runs = {r.name: r for r in plan.runs}
+    assert runs["reverse-s0"].config.train.init_checkpoint == str(tmp_path / "cmp" / "runs" / "reverse-s0" / BRANCH_DIR)
+    assert runs["reverse-s0"].config.train.stop_at_step == 0
+    assert plan.same_stream == {"random": True, "aa": True, "reverse": True, "loss-select": False}  # a wider window
+
+
+@pytest.mark.parametrize("steps,match", [(12, "multiple of schedule.L=8"), (32, r"trunk.steps=32 must be in \(0, ")])
+def test_plan_trunk_off_chunk_boundary_or_past_the_end_is_an_error_naming_trunk_steps(tmp_path, steps, match):
+    with pytest.raises(ConfigError, match=match):
+        build_plan(compare_config(tmp_path, steps))
+
+
+def test_plan_arm_setting_a_trunk_key_is_refused(tmp_path):
+    arms = [*ARMS[:1], {"name": "sneaky", "set": {"train.init_checkpoint": "/x"}}]
+    with pytest.raises(ConfigError, match="set by the comparison's trunk"):
+        build_plan(compare_config(tmp_path, 16, arms))
+
+
+def test_compare_config_aa_arm_must_be_another_arm():
+    with pytest.raises(ValueError, match="aa_arm='random'"):
+        from_dict(CompareConfig, {"arms": ARMS[:2], "aa_arm": "random"})
+
+
+def test_branch_schedule_state_drops_the_trunks_decisions_and_keeps_the_cursor_only_for_the_same_stream():
+    trunk = {"decisions": {"2": {"order": [1, 0]}}, "weights_versions": {"2": 1}, "observed_through": 1,
+             "scheduler": {"x": 1}, "data_cursor": {"chunk_id": 2, "cursor": {"shard": 0, "offset": 77}}}
+    assert branch_schedule_state(trunk, 2, keep_cursor=True) == {
+        "branch_at": 2, "data_cursor": {"chunk_id": 2, "cursor": {"shard": 0, "offset": 77}}}
+    assert branch_schedule_state(trunk, 2, keep_cursor=False) == {
+        "branch_at": 2, "data_cursor": {"chunk_id": 2, "cursor": None}}
+
+
+def test_branch_checkpoint_links_deepspeed_and_rewrites_schedule_state(tmp_path):
+    trunk = tmp_path / "trunk-s0"
+    for name, step in (("checkpoint_a", 8), ("checkpoint_b", 16)):
+        ckpt = trunk / name
+        (ckpt / "deepspeed" / "ds").mkdir(parents=True)
+        (ckpt / "model.json").write_text("{}")
+        (ckpt / "state.json").write_text(json.dumps({
+            "step": step, "next_chunk": step // 8, "position": 0, "tokens": 10 * step,
+            "schedule": {"decisions": {"2": {"order": [0]}}, "data_cursor": {"chunk_id": step // 8, "cursor": {"o": 1}}}}))
+    target = branch_checkpoint(trunk, 16, tmp_path / "arm" / BRANCH_DIR, keep_cursor=False, L=8)
+    state = json.loads((target / "state.json").read_text())
+    assert (state["step"], state["tokens"]) == (16, 160)
+    assert state["schedule"] == {"branch_at": 2, "data_cursor": {"chunk_id": 2, "cursor": None}}
+    assert (target / "deepspeed").is_symlink() and (target / "deepspeed").resolve() == (trunk / "checkpoint_b" / "deepspeed")
+    with pytest.raises(ConfigError, match="no checkpoint at step 24"):
+        branch_checkpoint(trunk, 24, tmp_path / "other" / BRANCH_DIR, keep_cursor=True, L=8)
+
+
+def test_shipped_variance_reduced_config_plans_every_arm_from_a_trunk(tmp_path):
+    cfg = load_config(CompareConfig, "jobs/configs/compare_pretrain_tiny_vr.yaml", [f"--output_dir={tmp_path}"])
+    plan = build_plan(cfg)
+    assert all(r.config is not None for r in plan.runs), [r.error for r in plan.runs if r.error]
+    assert len(cfg.seeds) >= 6 and set(plan.trunks) == set(cfg.seeds)
+    assert cfg.report.metric != "final" and cfg.aa_arm is not None
+    arms = {r.arm: r.config for r in plan.runs}
+    assert arms["d3-reverse"].schedule.order_transform == "reverse"
+    assert arms["d3-alternate"].schedule.order_transform == "alternate"
+    assert all(c.train.min_lr_ratio == 0.0 for c in arms.values())
+    assert {"mtl", "odm", "doremi", "regmix", "loss-reweight", "d3-oracle", "d3-paper"} <= set(arms)
