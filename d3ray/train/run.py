@@ -112,7 +112,8 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
                 num_cpus=0, max_concurrency=32, max_restarts=2, max_task_retries=2, scheduling_strategy=here,
             ).remote(make_stream, scheduler, needs, schedule.prefetch_chunks, schedule.staleness, schedule.deadline_s,
                      str(run_dir))
-        if needs.weights and not any(run_dir.glob("checkpoint_*")):
+        # (a compare arm starting from a trunk, train.init_checkpoint: the trainers publish its weights)
+        if needs.weights and not any(run_dir.glob("checkpoint_*")) and not cfg.train.init_checkpoint:
             publish_initial_weights(cfg, model_config, coordinator, needs.optimizer_state, needs.snapshot_dtype)
         spec = WorkerSpec(cfg=cfg, model_config=model_config, coordinator=coordinator, eval_sets=eval_ref,
                           tokenizer_dir=str(prepared.tokenizer_dir), publish_weights=needs.weights,
