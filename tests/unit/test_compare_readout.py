@@ -59,3 +59,17 @@ def test_seeds_for_power_paper_effect_and_degenerate_inputs():
     assert seeds_for_power(PAPER_EFFECT_NATS, 0.11) > seeds_for_power(0.05, 0.11) > 30  # issue #28: ~45 at 0.05
     assert seeds_for_power(0.0, 0.1) == math.inf
     assert seeds_for_power(0.1, float("nan")) == math.inf
+
+
+def test_power_line_known_comparison_names_sd_and_seeds_for_observed_and_paper_effects():
+    from d3ray.compare.report import power_line
+    from d3ray.compare.stats import TIE, PairedComparison
+
+    # Δ −0.1 with paired sd 0.1: Δ/sd = 1 → 10 seeds; the paper's −0.0429 nats with sd 0.1: more than 10
+    c = PairedComparison(n=3, mean_diff=-0.1, std_diff=0.1, ci_low=-0.35, ci_high=0.15, p_value=0.2,
+                         rel_change=-0.02, wins=2, verdict=TIE)
+    line = power_line(c, "eval/mean_loss@last3")
+    assert line.startswith("paired sd 0.1000; 80% power needs 10 seeds for this Δ, ")
+    paper = int(seeds_for_power(PAPER_EFFECT_NATS, 0.1))
+    assert f"{paper} for the paper's −4.2% perplexity" in line
+    assert "paper" not in power_line(c, "eval/sft:test/exact_match")  # not a loss: no perplexity claim
