@@ -1,4 +1,7 @@
-"""``d3ray eval MODEL_OR_CHECKPOINT --tasks KIND=FILE[,KIND=FILE...] --out results.json``.
+"""``d3ray eval MODEL_OR_CHECKPOINT --tasks KIND=FILE[,KIND=FILE...|NAME...] [--include-path DIR] --out results.json``.
+
+A ``--tasks`` item without ``=`` is an lm-eval task name: one of lm-eval's own tasks whose dataset is in
+the local Hugging Face cache, or a task of the ``--include-path`` folder (named.py).
 
 MODEL_OR_CHECKPOINT may be a run directory (``runs/<name>``): its newest checkpoint is evaluated, and named.
 
@@ -25,11 +28,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Evaluate a d3ray checkpoint, an exported/local Hugging Face model dir or a LoRA "
         "adapter dir. Kinds: ppl (plain text file), domains (SlimPajama-format shards), cloze "
         "({context, continuation} JSONL), choice ({context, choices, label} JSONL), sft (SFT JSONL: "
-        "exact match by greedy generation). Nothing is downloaded.",
+        "exact match by greedy generation). lm-eval's own task names (e.g. lambada_openai) run when their "
+        "data is in the local Hugging Face cache, and your own task YAMLs through --include-path. "
+        "Nothing is downloaded.",
     )
     parser.add_argument("model", metavar="MODEL_OR_CHECKPOINT",
                         help="checkpoint dir, run dir (its newest checkpoint), HF model dir or adapter dir")
-    parser.add_argument("--tasks", required=True, help="KIND=FILE[,KIND=FILE...], e.g. cloze=lambada.jsonl")
+    parser.add_argument("--tasks", required=True,
+                        help="KIND=FILE[,KIND=FILE...] (e.g. cloze=lambada.jsonl) and/or lm-eval task names "
+                             "(e.g. lambada_openai, or a task of --include-path) whose data is local")
+    parser.add_argument("--include-path", default=None, metavar="DIR",
+                        help="a folder of your own lm-eval task YAMLs (lm-eval's include_path); name its tasks "
+                             "in --tasks")
     parser.add_argument("--out", default=None, help="write the results JSON here")
     parser.add_argument("--batch-size", type=int, default=64, help="lm-eval requests per forward (default 64)")
     parser.add_argument("--limit", type=int, default=None, help="at most N examples per task (default all)")
@@ -54,7 +64,13 @@ def run(args: argparse.Namespace) -> int:
     if Path(model) != Path(args.model):
         print(f"{args.model}: evaluating its newest checkpoint {model}", flush=True)
     tokenizer = _tokenizer_of(model)
-    prepared = prepare_tasks(args.tasks, tokenizer, args.max_docs_per_domain)
+    items = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    files, names = [t for t in items if "=" in t], [t for t in items if "=" not in t]
+    prepared = prepare_tasks(files, tokenizer, args.max_docs_per_domain) if files or not names else []
+    if names:
+        from d3ray.eval.named import prepare_named_tasks
+
+        prepared += prepare_named_tasks(names, args.include_path)
     if args.ray:
         import ray
 

@@ -43,9 +43,12 @@ class PreparedTask:
     """A validated task: its lm-eval configs (one per domain for ``domains``) and example counts."""
 
     task: EvalTask
-    configs: list[dict[str, Any]]
+    configs: list[dict[str, Any] | str]
+    """lm-eval task configs, or (kind ``lm-eval``) the task's name in lm-eval's index."""
     n_examples: int
     data_quality: dict[str, Any] | None = None
+    index: tuple[str | None, bool] | None = None
+    """Kind ``lm-eval``: the TaskManager that knows the name, as (include_path, include_defaults)."""
 
 
 @dataclass
@@ -197,12 +200,15 @@ def evaluate_tasks(
 
     configs = [c for t in tasks for c in t.configs]
     log_samples = any(t.task.kind == "sft" for t in tasks)
+    indexes = {t.index for t in tasks if t.index is not None}  # named tasks (named.py): one index for all
+    include_path, include_defaults = max(indexes, key=lambda i: i[1]) if indexes else (None, False)
     was_training = model.training
     start = time.perf_counter()
     try:
         lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
         out = lm_eval.simple_evaluate(
-            model=lm, tasks=configs, task_manager=TaskManager(include_defaults=False), limit=limit,
+            model=lm, tasks=configs, task_manager=TaskManager(include_path=include_path,
+                                                              include_defaults=include_defaults), limit=limit,
             bootstrap_iters=0, log_samples=log_samples, random_seed=None, numpy_random_seed=None,
             torch_random_seed=None, fewshot_random_seed=None,
         )
@@ -212,8 +218,9 @@ def evaluate_tasks(
     for name, values in out["results"].items():
         for key, value in values.items():
             metric, _, filt = key.partition(",")
-            if filt == "none" and not metric.endswith("_stderr") and isinstance(value, int | float):
-                metrics[f"eval/{name}/{metric}"] = float(value)
+            if filt and not metric.endswith("_stderr") and isinstance(value, int | float):
+                # lm-eval's own tasks may score under named filters (gsm8k: strict-match): metric:filter
+                metrics[f"eval/{name}/{metric}" + ("" if filt == "none" else f":{filt}")] = float(value)
     for t in tasks:
         if t.task.kind == "sft":
             metrics.update(sft_breakdown(t.task.name, out["samples"][t.task.name]))

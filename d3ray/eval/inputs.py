@@ -26,12 +26,14 @@ from typing import Any
 
 from d3ray.data.records import BadRecordLedger, iter_documents
 from d3ray.data.shards import SHARD_SUFFIXES, Shard, TruncatedStreamError, iter_shard_lines, list_shards
+from d3ray.errors import UserError
 
 KINDS = ("ppl", "domains", "cloze", "choice", "sft")
 
 
-class EvalInputError(ValueError):
-    """A task spec or an evaluation file is not what its kind needs; says which file, line and field."""
+class EvalInputError(UserError, ValueError):
+    """A task spec or an evaluation file is not what its kind needs; says which file, line and field
+    (a :class:`~d3ray.errors.UserError`: the command line prints it as one line)."""
 
 
 @dataclass(frozen=True)
