@@ -2,10 +2,12 @@
 # Install d3ray into the current Python environment.
 #   ./setup.sh          the package and its runtime dependencies
 #   ./setup.sh --dev    plus the test tools (pytest, hypothesis, ruff)
-# torch is installed first, pinned to the 2.13.0 CPU build, when no torch is present: the
-# project's own range (torch>=2.4) would otherwise pull a multi-GB CUDA build on a CPU-only box.
-# On a machine whose pip does not serve that CPU build, set D3RAY_TORCH_INDEX to a PyTorch CPU
-# wheel index URL (passed to pip as --index-url), or install torch yourself first.
+# torch is installed first, pinned to 2.13.0, when no torch is present: the project's own range
+# (torch>=2.4) would otherwise pull a multi-GB CUDA build on a CPU-only box. Without a GPU (no
+# nvidia-smi) the CPU build torch==2.13.0+cpu is installed: from pip's configured indexes and wheel
+# folders where they hold it, else from PyTorch's CPU wheel index. With a GPU, torch==2.13.0 from pip.
+# D3RAY_TORCH_INDEX (a wheel index URL, passed to pip as --index-url) overrides all of this; or install
+# torch yourself first.
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON=${PYTHON:-python3}
@@ -15,8 +17,11 @@ extras=""
 if ! "$PYTHON" -c "import torch" >/dev/null 2>&1; then
   if [ -n "${D3RAY_TORCH_INDEX:-}" ]; then
     "$PYTHON" -m pip install --quiet "torch==2.13.0" --index-url "$D3RAY_TORCH_INDEX"
-  else
+  elif command -v nvidia-smi >/dev/null 2>&1; then
     "$PYTHON" -m pip install --quiet "torch==2.13.0"
+  elif ! "$PYTHON" -m pip install --quiet "torch==2.13.0+cpu" 2>/dev/null; then
+    echo "setup.sh: no GPU, and pip's indexes hold no torch 2.13.0 CPU build: installing it from PyTorch's CPU index"
+    "$PYTHON" -m pip install --quiet "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu
   fi
 fi
 "$PYTHON" -m pip install --quiet -e ".${extras}"

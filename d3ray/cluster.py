@@ -5,8 +5,10 @@ Used by every entry point that starts Ray (``d3ray pretrain``, ``d3ray sweep``, 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from d3ray.config import RayClusterConfig, RunConfig
@@ -16,9 +18,23 @@ logger = logging.getLogger(__name__)
 RAY_DATA_LOGGING = Path(__file__).with_name("ray_data_logging.yaml")
 
 
-def worker_env(cfg: RunConfig) -> dict[str, str]:
-    """Environment for Ray Train workers and actors (DeepSpeed on CPU, quiet Ray Data and Train)."""
+#: Driver environment variables that every Ray worker and actor gets as well, by prefix: Hugging Face
+#: caches and offline switches (``HF_HOME``, ``HF_DATASETS_OFFLINE``, ``TRANSFORMERS_OFFLINE``), the
+#: trackers' settings (``WANDB_*``, ``MLFLOW_*``), NCCL tuning and cloud credentials (``AWS_*``).
+PASSTHROUGH_PREFIXES = ("HF_", "TRANSFORMERS_", "WANDB_", "MLFLOW_", "NCCL_", "AWS_")
+
+
+def passthrough_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables of ``environ`` (the driver's environment) that Ray workers inherit (``PASSTHROUGH_PREFIXES``)."""
+    return {k: v for k, v in sorted(environ.items()) if k.startswith(PASSTHROUGH_PREFIXES)}
+
+
+def worker_env(cfg: RunConfig, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for Ray Train workers and actors (DeepSpeed on CPU, quiet Ray Data and Train): the
+    driver's pass-through variables (``environ``, default ``os.environ``: :func:`passthrough_env`), d3ray's
+    own settings, then ``ray.env_vars`` (the config's, which win)."""
     env = {
+        **passthrough_env(os.environ if environ is None else environ),
         "RAY_DATA_DISABLE_PROGRESS_BARS": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": str(cfg.ray.health_check_interval_s),
@@ -32,7 +48,17 @@ def worker_env(cfg: RunConfig) -> dict[str, str]:
         # never is; it is created with the workers' handles, so its process logs an E-level line
         # ("constructor arguments in the object store") that a newcomer reads as a failure.
         env["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] = "0"
+    env.update(cfg.ray.env_vars)
     return env
+
+
+def job_env_vars(env: dict[str, str], environ: Mapping[str, str]) -> dict[str, str]:
+    """``env`` less the variables a submitted job's own runtime env sets (``ray job submit --runtime-env``):
+    Ray refuses a driver ``runtime_env`` that names one of them again, and the job's value is already in
+    this driver's ``environ`` and reaches every worker through the job's runtime env."""
+    job = json.loads(environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR") or "{}")
+    taken = ((job.get("runtime_env") or {}).get("env_vars") or {}).keys()
+    return {k: v for k, v in env.items() if k not in taken}
 
 
 def start_ray(ray_cfg: RayClusterConfig, env: dict[str, str]) -> bool:
@@ -44,7 +70,8 @@ def start_ray(ray_cfg: RayClusterConfig, env: dict[str, str]) -> bool:
         return False
     quiet_ray_notices()
     if ray_cfg.address not in (None, "local"):
-        ray.init(address=ray_cfg.address)
+        # a joined cluster's workers do not inherit this process's environment: the job's runtime_env
+        ray.init(address=ray_cfg.address, runtime_env={"env_vars": job_env_vars(env, os.environ)})
         return True
     init_local_ray(ray_cfg.num_cpus or max(4, os.cpu_count() or 1), log_to_driver=True)
     return True

@@ -31,6 +31,10 @@ class RayClusterConfig:
     Data, the coordinator and two trainers fit on a 2-core laptop)."""
     health_check_interval_s: float = 0.2
     """Ray Train controller poll interval; each ``report`` costs about this (RAY_NOTES section 1)."""
+    env_vars: dict[str, str] = field(default_factory=dict)
+    """Environment variables every Ray worker and actor gets (the job's ``runtime_env`` and Ray Train's
+    ``worker_runtime_env``), on top of those passed through from the driver's environment: every
+    ``HF_*``, ``TRANSFORMERS_*``, ``WANDB_*``, ``MLFLOW_*``, ``NCCL_*`` and ``AWS_*`` variable."""
 
 
 #: The no-argument run shows the product: D3 on the tiny model with the influence defaults (first_order
