@@ -5,7 +5,8 @@
 # torch is installed first, pinned to 2.13.0, when no torch is present: the project's own range
 # (torch>=2.4) would otherwise pull a multi-GB CUDA build on a CPU-only box. Without a GPU (no
 # nvidia-smi) the CPU build torch==2.13.0+cpu is installed: from pip's configured indexes and wheel
-# folders where they hold it, else from PyTorch's CPU wheel index. With a GPU, torch==2.13.0 from pip.
+# folders where they hold it, else from PyTorch's CPU wheel index, else (that index out of reach: a
+# box that sees PyPI only) PyPI's torch==2.13.0, as before. With a GPU, torch==2.13.0 from pip.
 # D3RAY_TORCH_INDEX (a wheel index URL, passed to pip as --index-url) overrides all of this; or install
 # torch yourself first.
 set -euo pipefail
@@ -20,8 +21,11 @@ if ! "$PYTHON" -c "import torch" >/dev/null 2>&1; then
   elif command -v nvidia-smi >/dev/null 2>&1; then
     "$PYTHON" -m pip install --quiet "torch==2.13.0"
   elif ! "$PYTHON" -m pip install --quiet "torch==2.13.0+cpu" 2>/dev/null; then
-    echo "setup.sh: no GPU, and pip's indexes hold no torch 2.13.0 CPU build: installing it from PyTorch's CPU index"
-    "$PYTHON" -m pip install --quiet "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu
+    echo "setup.sh: no GPU, and pip's indexes hold no torch 2.13.0 CPU build: trying PyTorch's CPU index"
+    "$PYTHON" -m pip install --quiet --retries 1 --timeout 30 "torch==2.13.0" \
+        --index-url https://download.pytorch.org/whl/cpu \
+      || { echo "setup.sh: PyTorch's CPU index is out of reach: installing torch==2.13.0 from pip's index (CUDA build)"
+           "$PYTHON" -m pip install --quiet "torch==2.13.0"; }
   fi
 fi
 "$PYTHON" -m pip install --quiet -e ".${extras}"
