@@ -7,6 +7,7 @@ are trained in the logged order.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -74,10 +75,19 @@ def test_d3_staleness0_zero3_llama_with_bad_shard_and_nan_batch_completes_exactl
 
     # also the ZeRO-3 path: LLaMA weights gathered (16-bit) on every rank for the snapshots
     cfg = d3_config(corpus, tmp_path, "stale0", "--schedule.staleness=0",
-                    "--train.zero_stage=3", "--model.preset=llama-tiny")
+                    "--train.zero_stage=3", "--model.preset=llama-tiny", "--train.activation_checkpointing=true")
     write_plan(cfg.run_dir, FaultPlan(influence_nan_batches=[5]))
     final = run_pretrain(cfg)
     assert final["steps"] == STEPS
+    # ZeRO-3: each trainer built the model partitioned (inside zero.Init), never whole: half of every tensor
+    from d3ray.model import build_model, model_config_dict
+
+    tensors = len(list(build_model(model_config_dict(cfg.model, 8, 8, 0), cfg.model).parameters()))
+    for rank in (0, 1):
+        log = (cfg.run_dir / "logs" / f"trainer-{rank}.log").read_text()
+        held, total = map(int, re.search(r"rank \d built the model partitioned \(ZeRO-3\): holds (\d+) of (\d+)",
+                                         log).groups())
+        assert 0 <= held - total / 2 <= tensors, (held, total)  # each tensor's partition: ceil(numel / 2)
     schedule = assert_exactly_once_in_logged_order(cfg.run_dir, produced_chunks, STEPS, L)
     # staleness 0: chunk c was scored at the weights published right after chunk c-1 (version c)
     assert [schedule[c]["weights_version"] for c in sorted(schedule)] == list(range(len(schedule)))
