@@ -1,6 +1,7 @@
 """``d3ray census`` end to end on a real tiny run: the run's own order from checkpoint 1 reproduces the
 run's checkpoint 2 (2 DeepSpeed ranks there, one rank with gradient accumulation here); the orders
-differ in outcome; a rerun trains nothing; bad input stops before training with one line."""
+differ in outcome; a rerun trains nothing, and with ``--control recency`` only the control's two orders;
+bad input stops before training with one line."""
 
 from __future__ import annotations
 
@@ -58,6 +59,19 @@ def test_census_random_run_own_order_reproduces_next_checkpoint_and_rerun_skips(
     assert main(args) == 0
     assert "already" in capsys.readouterr().out
     assert {p: p.stat().st_mtime_ns for p in out.glob("branches/*/*/*.json")} == mtimes
+
+    # The recency control adds its two orders; every other branch stays as it was.
+    before = {p: json.loads(p.read_text()) for p in mtimes}
+    assert main([*args, "--control", "recency"]) == 0
+    new = {p.stem for p in out.glob("branches/*/*/*.json")} - {p.stem for p in mtimes}
+    assert new <= {"recency_last", "recency_first"}  # an order trained already is only renamed
+    assert f"trained {len(new)} branches" in capsys.readouterr().out
+    assert all(json.loads(p.read_text())["train_losses"] == b["train_losses"] for p, b in before.items()
+               if p.stem != "orders")
+    control = json.loads((out / "census.json").read_text())["control"]["recency"]
+    [row] = control["chunks"].values()
+    assert row["recency_last"]["loss"] != row["recency_first"]["loss"]
+    assert "## Positive control: recency" in (out / "results.md").read_text()
 
     # Bad input: one line, exit code 2, nothing trained.
     bare = tmp_path / "bare"
