@@ -73,3 +73,17 @@ def test_power_line_known_comparison_names_sd_and_seeds_for_observed_and_paper_e
     paper = int(seeds_for_power(PAPER_EFFECT_NATS, 0.1))
     assert f"{paper} for the paper's −4.2% perplexity" in line
     assert "paper" not in power_line(c, "eval/sft:test/exact_match")  # not a loss: no perplexity claim
+
+
+def test_order_noise_line_reports_the_aa_arms_paired_sd_against_the_baseline():
+    from d3ray.compare.report import _order_noise
+    from d3ray.compare.stats import paired_comparison, summarize
+    from d3ray.compare.table import ArmResult
+
+    # A/A − random per seed: +0.02, −0.02, +0.06 → mean 0.02, sd 0.04
+    base, aa = {0: 5.0, 1: 5.1, 2: 5.2}, {0: 5.02, 1: 5.08, 2: 5.26}
+    rows = [ArmResult("eval/mean_loss", "random", False, summarize(base), math.nan, None),
+            ArmResult("eval/mean_loss", "random-aa", False, summarize(aa), math.nan, paired_comparison(aa, base))]
+    text = " ".join(_order_noise("random-aa", "random", {"eval/mean_loss": rows}, "eval/mean_loss", "eval/mean_loss"))
+    assert "Order noise" in text and "paired sd 0.0400 on `eval/mean_loss` (mean Δ 0.0200, 3 seeds)" in text
+    assert _order_noise(None, "random", {}, "eval/mean_loss", "eval/mean_loss") == []
