@@ -16,6 +16,7 @@ files go to the run directory; without ``MLFLOW_TRACKING_URI``, MLflow writes a 
 ``<run_dir>/mlruns`` (MLflow 3 keeps its file store behind ``MLFLOW_ALLOW_FILE_STORE``, which d3ray sets
 for a local store; a database or server URI is used as given).
 
+MLflow's metric names have ``.`` for ``/`` (``train.loss``, ``eval.<domain>.loss``: :func:`mlflow_keys`).
 A resumed run continues the same W&B run (its id is derived from the run directory); MLflow gets a
 new run of the same name per attempt (``setup_mlflow`` takes no run id).
 """
@@ -65,6 +66,13 @@ def scalar_items(row: dict[str, Any]) -> dict[str, float]:
             if k != "step" and isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}
 
 
+def mlflow_keys(values: dict[str, float]) -> dict[str, float]:
+    """MLflow's metric names: ``/`` becomes ``.`` (``train/loss/<domain>`` → ``train.loss.<domain>``). MLflow's
+    file store keeps each metric as a file at its name's path, so ``train/loss/<domain>`` cannot sit
+    below the file ``train/loss``."""
+    return {k.replace("/", "."): v for k, v in values.items()}
+
+
 class Trackers:
     """The W&B and MLflow runs of one training run (rank 0); ``tensorboard`` is RunLogs' own ``tb/``."""
 
@@ -101,7 +109,7 @@ class Trackers:
         if self._wandb is not None:
             self._wandb.log(values, step=step)
         if self._mlflow is not None:
-            self._mlflow.log_metrics(values, step=step)
+            self._mlflow.log_metrics(mlflow_keys(values), step=step)
 
     def close(self) -> None:
         if self._wandb is not None:

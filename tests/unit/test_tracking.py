@@ -18,6 +18,7 @@ from d3ray.train.preflight import check_environment, environment_problems
 ROWS = [
     {"step": 1, "chunk_id": 0, "train/loss": 2.5, "train/lr": 0.1, "train/grad_norm": None},
     {"step": 2, "chunk_id": 0, "train/loss": 2.0, "train/lr": 0.05},
+    {"step": 2, "chunk_id": 0, "train/loss/web": 2.25, "data/samples/web": 8},
     {"step": 2, "eval/web/loss": 3.0, "eval/web/ppl": float("inf")},
 ]
 
@@ -66,6 +67,7 @@ def test_tracking_wandb_offline_run_holds_the_logged_rows(tmp_path, monkeypatch)
     assert "train/grad_norm" not in history[1]  # None is not plotted
     # the eval row of step 2 joins step 2's training row; a non-finite value is not sent
     assert history[2]["train/loss"] == 2.0 and history[2]["eval/web/loss"] == 3.0 and "eval/web/ppl" not in history[2]
+    assert history[2]["train/loss/web"] == 2.25
     assert any((tmp_path / "run" / "tb").iterdir())  # tensorboard still written alongside
 
 
@@ -80,9 +82,11 @@ def test_tracking_mlflow_file_store_holds_metrics_per_step_and_config(tmp_path, 
     experiment = client.get_experiment_by_name("d3ray-test")
     [run] = client.search_runs([experiment.experiment_id])
     assert run.info.run_name == "tracked" and run.info.status == "FINISHED"
-    history = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "train/loss")]
+    history = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "train.loss")]
     assert sorted(history) == [(1, 2.5), (2, 2.0)]
-    assert run.data.metrics["eval/web/loss"] == 3.0 and "eval/web/ppl" not in run.data.metrics
+    # "/" is "." in MLflow: its file store could not keep train/loss/web below the file train/loss
+    assert run.data.metrics["train.loss.web"] == 2.25 and run.data.metrics["data.samples.web"] == 8
+    assert run.data.metrics["eval.web.loss"] == 3.0 and "eval.web.ppl" not in run.data.metrics
     assert run.data.params["train.lr"] == "0.1" and run.data.params["seed"] == "3"
     assert not (tmp_path / "run" / "tb").exists()  # report_to without tensorboard writes no tb/
 
