@@ -22,6 +22,7 @@ from d3ray.influence.config import (
     SketchConfig,
 )
 from d3ray.influence.estimators import (
+    DriftConfig,
     EstimatorConfig,
     FirstOrderConfig,
     FisherConfig,
@@ -44,6 +45,7 @@ __all__ = [
     "PRECONDITIONERS",
     "AdamWState",
     "BatchSketches",
+    "DriftConfig",
     "EstimatorConfig",
     "FirstOrderConfig",
     "FisherConfig",
