@@ -1,4 +1,4 @@
-"""``d3ray bench {solver,influence,influence-capacity,pipeline,step,finetune,eval,data}``: benchmarks run side by side with their baseline in
+"""``d3ray bench {solver,influence,influence-capacity,pipeline,step,finetune,eval,data,load-memory}``: benchmarks run side by side with their baseline in
 one process, reported as ratios, written as JSON (``--out FILE.json``)."""
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ BENCHMARKS = {
     "finetune": ("finetune", "LoRA vs full fine-tuning of the small model on the same SFT tokens: step time ratio"),
     "eval": ("eval", "1,000-example cloze and multiple-choice tasks on the tiny model through lm-eval: seconds vs 60 s"),
     "data": ("data", "the data stream (plain and mixed, 1 and N actors) vs a plain loop: tokens/s, resume, epoch gap"),
+    "load-memory": ("load_memory", "peak host RSS per rank loading a model under ZeRO-3 on N ranks: built whole on "
+                    "every rank vs partitioned at construction (zero.Init)"),
 }
 
 
