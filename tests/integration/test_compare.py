@@ -123,3 +123,37 @@ def test_compare_parallel_tasks_record_each_runs_error(ray_cluster, corpus, tmp_
     assert [o.status for o in outcomes] == ["failed", "failed"]
     assert all(o.error.startswith("DataPathError") and "missing" in o.error for o in outcomes)
     assert all((o.spec.run_dir / "compare_status.json").is_file() for o in outcomes)
+
+
+def test_compare_trunk_arms_branch_at_its_checkpoint_with_fresh_schedulers(ray_cluster, corpus, tmp_path):
+    """trunk: {steps: 4}: one trunk run per seed stops at step 4 with the LR schedule of the full 8 steps;
+    each arm resumes from it (LR position, data cursor) and trains steps 5..8 with its own fresh
+    scheduler: the random arm trains chunk 1 in random_order(seed 0, chunk 1), the reversed arm in its
+    reverse (the trunk's decision of chunk 1 does not travel)."""
+    from d3ray.compare.config import CompareConfig
+    from d3ray.schedule.scheduler import random_order
+    from d3ray.train.deepspeed_config import lr_factor
+
+    config_file = write_compare_config(tmp_path, corpus)
+    cfg = load_config(CompareConfig, config_file, [
+        "--seeds=[0]", "--trunk={steps: 4}", "--report={metric: last_k_mean, k: 2}",
+        "--arms=[{name: random, set: {schedule.type: random}},"
+        " {name: reverse, set: {schedule.type: random, schedule.order_transform: reverse}}]"])
+    plan = build_plan(cfg)
+    outcomes = run_grid(plan)
+    assert {o.spec.name: o.status for o in outcomes} == {"random-s0": "done", "reverse-s0": "done"}
+    trunk = tmp_path / "cmp" / "trunks" / "trunk-s0"
+    assert json.loads((trunk / "final_metrics.json").read_text())["steps"] == 4
+    runs = tmp_path / "cmp" / "runs"
+    train_rows = [r for r in read_jsonl(runs / "random-s0" / "metrics.jsonl") if "train/loss" in r]
+    assert [r["step"] for r in train_rows] == [5, 6, 7, 8]
+    base_train = plan.runs[0].config.train
+    # train/lr of step s is the LR after s scheduler steps: the 8-step cosine at 5, not a fresh warm-up
+    assert train_rows[0]["train/lr"] == pytest.approx(base_train.lr * lr_factor(5, base_train))
+    orders = {arm: {r["chunk_id"]: r for r in read_jsonl(runs / f"{arm}-s0" / "schedule_log.jsonl")}[1]
+              for arm in ("random", "reverse")}
+    assert orders["random"]["order"] == list(random_order(4, 0, 1))
+    assert orders["reverse"]["order"] == list(random_order(4, 0, 1))[::-1]
+    assert orders["reverse"]["order_transform"] == "reverse"
+    text = write_report(plan, outcomes)["dir"].joinpath("results.md").read_text()
+    assert "## Shared trunk" in text and "eval/mean_loss@last2" in text
