@@ -41,6 +41,10 @@ class ArmConfig:
     None: inferred: an arm that orders with D3 (``schedule.type: d3``, or ``schedule.order.type: d3``)
     is a method, every other arm a baseline."""
 
+    label: str = ""
+    """What the arm is, in words, printed beside its name in the report (e.g. ``paper-faithful D3: plain
+    step, Hutchinson, k = 3500, L = 60``)."""
+
     def __post_init__(self) -> None:
         if not ARM_NAME.match(self.name or ""):
             raise ValueError(f"arm name {self.name!r} must match {ARM_NAME.pattern} (it names run directories)")

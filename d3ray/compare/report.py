@@ -174,7 +174,8 @@ def results_markdown(plan: ComparePlan, records: list[RunRecord], results: dict[
               f"{int(100 * cfg.confidence)}% Student-t intervals of the per-seed difference, two-sided paired t-test "
               "(`d3ray/compare/stats.py`); with several arms, Holm-adjusted p-values over the arms, and a "
               "better / worse verdict only where the adjusted p stays within the level. Methods (D3 arms) vs baselines: "
-              + ", ".join(f"{a} ({'method' if plan.methods[a] else 'baseline'})" for a in plan.arms) + ".", ""]
+              + ", ".join(f"{a} ({'method' if plan.methods[a] else 'baseline'}{_label(plan, a)})" for a in plan.arms)
+              + ".", ""]
     tokens = sorted({int(r.metrics["tokens"]) for r in records if "tokens" in r.metrics})
     if tokens:
         lines += [f"Tokens the finished runs trained (their `tokens`): {tokens[0]:,}"
@@ -247,6 +248,11 @@ def results_markdown(plan: ComparePlan, records: list[RunRecord], results: dict[
               "match), averaged over seeds. The paired comparison uses the same eval set for both arms of a seed, "
               "so seed-to-seed spread, not eval SE, is the noise the verdict is judged against.", ""]
     return "\n".join(lines)
+
+
+def _label(plan: ComparePlan, arm: str) -> str:
+    label = next((a.label for a in plan.compare.arms if a.name == arm), "")
+    return f": {label}" if label else ""
 
 
 def _trunk_section(plan: ComparePlan) -> list[str]:

@@ -92,3 +92,6 @@ def test_shipped_variance_reduced_config_plans_every_arm_from_a_trunk(tmp_path):
     assert arms["d3-alternate"].schedule.order_transform == "alternate"
     assert all(c.train.min_lr_ratio == 0.0 for c in arms.values())
     assert {"mtl", "odm", "doremi", "regmix", "loss-reweight", "d3-oracle", "d3-paper"} <= set(arms)
+    paper = arms["d3-paper"]
+    assert (paper.schedule.L, paper.schedule.influence.preconditioner, paper.schedule.influence.sketch.k) == (60, "none", 3500)
+    assert "paper-faithful" in next(a.label for a in cfg.arms if a.name == "d3-paper")
