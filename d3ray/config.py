@@ -37,11 +37,13 @@ class RayClusterConfig:
     ``HF_*``, ``TRANSFORMERS_*``, ``WANDB_*``, ``MLFLOW_*``, ``NCCL_*`` and ``AWS_*`` variable."""
 
 
-#: The no-argument run shows the product: D3 on the tiny model with the influence defaults (first_order
-#: with the AdamW step, a 16,384-dim sketch of an eighth of each batch's sequences over all parameters:
-#: the knobs ``d3ray bench influence`` picked and ``d3ray bench pipeline`` measures), the influence actor
-#: at background priority so that the trainers keep the cores.
-FIRST_RUN_SCHEDULE = D3ScheduleConfig(influence_nice=19)
+#: The no-argument run shows the product: D3 on the tiny model with the influence defaults (``drift``
+#: with ``residual: none`` and the AdamW step: the exact drift potential f_i = <g_i, w> of an eighth of
+#: each batch's sequences over all parameters, nothing sketched, the order the sort by f: the knobs
+#: ``d3ray bench influence`` picked and ``d3ray bench pipeline`` measures), the influence actor at
+#: background priority so that the trainers keep the cores, and chunk 0 in stream order (its influence
+#: could overlap nothing: the trainers' first step would wait for it; ``schedule.first_chunk``).
+FIRST_RUN_SCHEDULE = D3ScheduleConfig(influence_nice=19, first_chunk="stream")
 
 
 @dataclass(frozen=True, kw_only=True)

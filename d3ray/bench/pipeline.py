@@ -17,8 +17,9 @@ that on the scheduler. The figures pool every step and token of the repeats:
     snapshot_bytes per chunk and its dtype (schedulers that read weights; ``schedule.snapshot_dtype``)
 
 The scheduler runs with the run config's defaults for it (D3: ``d3ray.config.FIRST_RUN_SCHEDULE``, the
-influence defaults: first_order with the AdamW step, a 16,384-dim sketch of 1/8 of each batch's
-sequences over all parameters, influence at niceness 19); ``--set KEY=VALUE`` changes them for the
+influence defaults: drift with ``residual: none`` and the AdamW step, the exact potential of 1/8 of each
+batch's sequences over all parameters, nothing sketched, influence at niceness 19, chunk 0 in stream
+order: ``first_chunk_stream_order`` counts such rows); ``--set KEY=VALUE`` changes them for the
 scheduler's run only, and the JSON records the resolved schedule config. Niceness 19 matters where
 the influence actor shares the trainers' cores: Ray runs every worker at 15. On a 2-core box the steps
 that overlap a chunk's influence are slower, because influence is CPU work on the trainers' cores; on
@@ -108,6 +109,7 @@ def _summarise(run_dir: Path, final: dict[str, Any], L: int) -> dict[str, Any]:
         "mean_step_sec": float(np.mean(step_secs)),
         "median_step_sec": float(np.median(step_secs)),
         "fallbacks": sum(bool(r.get("fallback")) for r in schedule),
+        "first_chunk_stream_order": sum(r.get("first_chunk") == "stream_order" for r in schedule),
     }
     # Steady state: without the wait for chunk 0 (data stream start-up, and for D3 the first
     # influence + solve, which nothing can overlap).
@@ -161,6 +163,7 @@ def pool_summaries(runs: list[dict[str, Any]]) -> dict[str, Any]:
         tokens=tokens, train_seconds=train_s, tokens_per_sec=tokens / train_s,
         steady_tokens_per_sec=tokens / max(train_s - first, 1e-9),
         chunks=sum(r["chunks"] for r in runs), fallbacks=sum(r["fallbacks"] for r in runs),
+        first_chunk_stream_order=sum(r.get("first_chunk_stream_order", 0) for r in runs),
         trainer_wait_sec=waits, first_chunk_wait_sec=first, trainer_wait_fraction=waits / train_s,
         trainer_wait_fraction_after_first_chunk=(waits - first) / train_s,
         step_secs=steps, mean_step_sec=float(np.mean(steps)), median_step_sec=float(np.median(steps)),
@@ -282,7 +285,8 @@ def run(args: argparse.Namespace) -> int:
           f"step_sec_ratio {report['step_sec_ratio']:.3f} (median {report['median_step_sec_ratio']:.3f}; "
           f"by repeat {by_repeat}) | trainer_wait_fraction "
           f"{report['trainer_wait_fraction']:.3f} ({report['trainer_wait_fraction_after_first_chunk']:.3f} after "
-          f"chunk 0; target < 0.02) | fallbacks {mine.get('fallbacks')}")
+          f"chunk 0; target < 0.02) | fallbacks {mine.get('fallbacks')} | first chunk wait "
+          f"{mine['first_chunk_wait_sec']:.2f} s (chunk 0 in stream order in {mine.get('first_chunk_stream_order', 0)} runs)")
     if "in_trainer_influence_fraction" in mine:
         print(f"in-trainer sketching {mine['in_trainer_influence_fraction']:.1%} of training time (trainer time, "
               f"not wait)")

@@ -24,8 +24,11 @@ micro-step counters and the loss scaler untouched, so scoring cannot change trai
 ZeRO-3 gather/release hooks still run; ``engine.optimizer.empty_partition_cache()`` releases what the skipped
 end-of-backward epilogue would have.
 
-Estimators: ``first_order`` (one backward; with the default AdamW preconditioner it carries the
-order, d3ray/influence/README.md). Not supported here, and why: ``hutchinson`` needs a double
+Estimators: ``drift`` (the default: one backward and, per batch, the exact potential f_i = ⟨g_i, w⟩ as
+one scalar all-reduce of the slices' dot products with this rank's slice of the drift w; with the
+default ``residual: none`` nothing is sketched, the rows are zero-width and only f leaves a rank;
+``residual: sketch`` adds the sketched residual) and ``first_order`` (one backward; with the AdamW
+preconditioner it carries the order, d3ray/influence/README.md). Not supported here, and why: ``hutchinson`` needs a double
 backward through ZeRO-3's gather hooks; ``fisher`` needs per-sequence gradients, which the
 reduce-scatter sums across ranks (W backwards per sequence to separate them); ``gnb`` draws labels
 from the softmax of the whole sampled batch in one random stream, which the ranks cannot replay on

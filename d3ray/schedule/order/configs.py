@@ -52,6 +52,15 @@ class D3ScheduleConfig(ScheduleConfig):
     steps it overlaps slow down less; 0 leaves Ray's value."""
     save_matrices: bool = True
     """Keep each chunk's S in the decision (rank 0 saves it under ``<run_dir>/influence/``)."""
+    first_chunk: Literal["scored", "stream"] = "scored"
+    """Chunk 0 of a run (``influence_placement: actors``): ``scored`` orders it like every chunk, from the
+    initial weights the driver publishes, and the trainers' first step waits for that influence + solve
+    (nothing can overlap it: the influence actor starts beside the trainers); ``stream`` trains it in
+    stream order at once, decided without influence (deterministic, so resume and exactly-once are
+    unchanged; the schedule log row says ``first_chunk: stream_order``, not a fallback), and the
+    influence actor scores chunk 1 while the trainers train chunk 0. The no-argument run uses
+    ``stream`` (d3ray.config.FIRST_RUN_SCHEDULE). With ``in_trainer`` the trainers score chunk 0
+    themselves before their first step either way."""
     snapshot_dtype: Literal["bfloat16", "float32"] = "bfloat16"
     """The dtype of the weights snapshot (and AdamW m, v) the trainers publish every chunk for the
     influence actors. ``bfloat16`` halves the bytes each chunk moves through the object store; the
@@ -69,6 +78,8 @@ class D3ScheduleConfig(ScheduleConfig):
             raise ValueError(f"schedule.influence_nice={self.influence_nice} must be in 0..19")
         if self.influence_actors < 1:
             raise ValueError(f"schedule.influence_actors={self.influence_actors} must be >= 1")
+        if self.first_chunk not in ("scored", "stream"):
+            raise ValueError(f"schedule.first_chunk={self.first_chunk!r} must be scored or stream")
         if self.influence_placement not in ("actors", "in_trainer"):
             raise ValueError(f"schedule.influence_placement={self.influence_placement!r} must be actors or in_trainer")
         if self.in_trainer:

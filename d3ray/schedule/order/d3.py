@@ -11,6 +11,9 @@ pool orders it, and the trainers get the order (or a fallback past the deadline)
       the solved order; or, past the deadline / on failure, the fallback: row_sum(S) when S
       exists (the solver's initial order), else the stream order. Recorded as ``fallback``.
 
+    With ``first_chunk: stream`` (the no-argument run) chunk 0 is decided in stream order at submit,
+    without influence (``first_chunk: stream_order`` in its log row), so the first step never waits.
+
 Everything is keyed by global batch id ``chunk_id * L + position``: a retried task on a restarted
 actor recomputes the same thing (RAY_NOTES section 4). ``A`` and ``S`` follow ARCHITECTURE.md §1:
 ``A = −γ·G Gᵀ + (γ²/2)·Q Hᵀ``, ``S = Aᵀ − A``; the order minimises the backward positive weight of S.
@@ -201,6 +204,10 @@ class D3Scheduler(SchedulerBase):
 
     def submit(self, chunk: Chunk, batch_refs: tuple, context: SubmitContext) -> PendingDecision:
         n = chunk.size
+        if chunk.chunk_id == 0 and self.cfg.first_chunk == "stream" and not self.cfg.in_trainer:
+            # Decided at once, without influence: the trainers' first step does not wait (D3ScheduleConfig.first_chunk).
+            return Decided(ChunkDecision(order=tuple(range(n)), fallback=False,
+                                         record={**_base_record(self.cfg), "first_chunk": "stream_order"}))
         if self.cfg.in_trainer and context.influence is None:
             return Decided(_fallback(chunk, None, "no influence from the trainers in time"))
         if not self.cfg.in_trainer and context.weights is None:
@@ -248,6 +255,13 @@ class D3Scheduler(SchedulerBase):
             ray.kill(actor)
 
 
+def _base_record(cfg: D3ScheduleConfig) -> dict[str, Any]:
+    """The schedule-log fields of every D3 decision: what decided it."""
+    return {"scheduler": "d3", "estimator": cfg.influence.estimator.describe(),
+            "influence_placement": cfg.influence_placement, "solver": cfg.solver.type_name,
+            "staleness": cfg.staleness}
+
+
 def _fallback(chunk_or_n: Any, S: np.ndarray | None, reason: str, record: dict | None = None) -> ChunkDecision:
     n = chunk_or_n if isinstance(chunk_or_n, int) else chunk_or_n.size
     if S is not None:
@@ -279,9 +293,7 @@ class D3Pending:
         import ray
         from ray.exceptions import GetTimeoutError, RayError
 
-        base = {"scheduler": "d3", "estimator": self.cfg.influence.estimator.describe(),
-                "influence_placement": self.cfg.influence_placement,
-                "solver": self.cfg.solver.type_name, "staleness": self.cfg.staleness}
+        base = _base_record(self.cfg)
         S = None
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
