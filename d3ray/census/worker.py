@@ -102,11 +102,14 @@ class CensusWorker:
 
             eval_sets = ray.get(eval_sets[0]) if eval_sets else {}
         self.eval_sets = eval_sets
-        os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                           "MASTER_PORT": str(_free_port())})
         use_gpu = self.tcfg.use_gpu
-        with stdout_to_log(logger):
-            deepspeed.init_distributed(dist_backend="nccl" if use_gpu else "gloo")
+        if not torch.distributed.is_initialized():  # an actor: its own one-rank group
+            os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                               "MASTER_PORT": str(_free_port())})
+            with stdout_to_log(logger):
+                deepspeed.init_distributed(dist_backend="nccl" if use_gpu else "gloo")
+        elif torch.distributed.get_world_size() != 1:
+            raise RuntimeError("CensusWorker needs a process of its own (or a one-rank process group)")
         self.device = torch.device("cuda", torch.cuda.current_device()) if use_gpu else torch.device("cpu")
         torch.manual_seed(cfg.seed)
         model = build_model(model_config, cfg.model)
