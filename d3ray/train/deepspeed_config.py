@@ -12,6 +12,7 @@ import copy
 import math
 from typing import Any
 
+from d3ray.errors import UserError
 from d3ray.train.config import TrainConfig
 
 # DeepSpeed keys (dotted paths) that d3ray's typed fields set -> the field to set instead. A user value for
@@ -68,6 +69,28 @@ def merge_deepspeed_overrides(generated: dict[str, Any], overrides: dict[str, An
 
     merge(merged, overrides, "")
     return merged
+
+
+def check_deepspeed_fragment(cfg: TrainConfig) -> None:
+    """``train.deepspeed``'s ``zero_optimization`` keys checked by DeepSpeed's own schema (a misspelt
+    ``offload_optimiser``, ``device: gpu``) in the driver, before Ray starts; imports DeepSpeed only
+    when the fragment has such keys.
+
+    Raises:
+        UserError: one line naming the key, DeepSpeed's complaint and the fix.
+    """
+    if "zero_optimization" not in cfg.deepspeed:
+        return
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+    try:
+        DeepSpeedZeroConfig(**deepspeed_config(cfg)["zero_optimization"])
+    except ValueError as err:  # pydantic's ValidationError
+        errors = getattr(err, "errors", None)
+        first = errors()[0] if errors else {"loc": (), "msg": str(err).splitlines()[0]}
+        where = ".".join(str(x) for x in first["loc"])
+        raise UserError(f"train.deepspeed.zero_optimization.{where}: {first['msg']} (DeepSpeed's ZeRO config, "
+                        f"got {first.get('input')!r}); fix or drop the key") from err
 
 
 def _same(a: Any, b: Any) -> bool:

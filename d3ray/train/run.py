@@ -63,6 +63,7 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
     from d3ray.schedule.coordinator import ScheduleCoordinator
     from d3ray.schedule.scheduler import BuildContext
     from d3ray.schedule.stream import build_chunk_stream
+    from d3ray.train.deepspeed_config import check_deepspeed_fragment
     from d3ray.train.loop import WorkerSpec, train_loop_per_worker
 
     started = time.perf_counter()
@@ -73,6 +74,7 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
     logger.info("config:\n%s", yaml.safe_dump(to_dict(cfg), sort_keys=False))
     # Data first: a wrong path, a missing filesystem or a bad corpus is reported before Ray starts.
     check_environment(cfg)
+    check_deepspeed_fragment(cfg.train)  # train.deepspeed's ZeRO keys, by DeepSpeed's own schema
     prepared = prepare_data(cfg)
     model_config = model_config_dict(cfg.model, prepared.vocab_size, prepared.data.seq_len, prepared.eos_id)
     eval_sets = load_eval_sets(cfg, prepared)

@@ -86,3 +86,17 @@ def test_activation_checkpointing_same_loss_and_gradients_through_the_loss_path(
         runs.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
     assert torch.equal(runs[0][0], runs[1][0])
     assert all(torch.allclose(runs[0][1][n], runs[1][1][n], rtol=0, atol=1e-7) for n in runs[0][1])
+
+
+@pytest.mark.parametrize(("zero", "message"), [
+    ({"offload_optimiser": {"device": "cpu"}}, r"zero_optimization\.offload_optimiser: Extra inputs are not permitted"),
+    ({"offload_param": {"device": "gpu"}}, r"zero_optimization\.offload_param\.device: Input should be 'none', 'cpu' or"),
+])
+def test_check_deepspeed_fragment_zero_key_deepspeed_rejects_is_one_user_error_line(zero, message):
+    from d3ray.errors import UserError
+    from d3ray.train.deepspeed_config import check_deepspeed_fragment
+
+    check_deepspeed_fragment(TrainConfig(zero_stage=3, deepspeed=OFFLOAD))  # the valid fragment passes
+    with pytest.raises(UserError, match=rf"^train\.deepspeed\.{message}.*fix or drop the key$") as err:
+        check_deepspeed_fragment(TrainConfig(zero_stage=3, deepspeed={"zero_optimization": zero}))
+    assert "\n" not in str(err.value)
