@@ -1,6 +1,6 @@
 """CensusWorker without Ray (a one-rank gloo group in this process): a branch restores the checkpoint's
 whole state (the same order twice gives the same losses), and a checkpoint whose weights hold a NaN gives
-a branch reported as failed, while the next branch trains."""
+a branch reported as failed, while the next branch trains; ``persist`` evaluates again after a shared chunk."""
 
 from __future__ import annotations
 
@@ -75,3 +75,9 @@ def test_census_worker_same_order_twice_identical_and_nan_checkpoint_branch_fail
     assert failed["status"] == "failed" and "non-finite training loss at step 1" in failed["reason"]
     after = worker.branch(BranchTask(checkpoint=str(good), chunk=chunk, order=(0, 1), names=("stream",)))
     assert after["status"] == "ok" and after["train_losses"] == first["train_losses"]
+
+    # --persist: the branch, then a chunk shared by every branch in its run order, evaluated again
+    shared = ChunkData(chunk_id=2, batches=[batch(3), batch(4)], run_order=(1, 0))
+    persisted = worker.branch(BranchTask(checkpoint=str(good), chunk=chunk, order=(0, 1), names=("stream",),
+                                         persist=(shared,)))
+    assert persisted["eval"] == first["eval"] and persisted["persist_eval"]["mean_loss"] != first["eval"]["mean_loss"]
