@@ -58,3 +58,13 @@ def test_d3_first_chunk_unknown_value_raises() -> None:
 def test_tiny_yaml_schedule_is_the_no_argument_default() -> None:
     assert FIRST_RUN_SCHEDULE.first_chunk == "stream"
     assert load_config(RunConfig, REPO / "jobs" / "configs" / "tiny.yaml").schedule == FIRST_RUN_SCHEDULE
+
+
+def test_d3_sketches_anything_default_potential_alone_false_else_true() -> None:
+    from d3ray.influence.config import InfluenceConfig
+    from d3ray.influence.estimators import DriftConfig
+    from d3ray.schedule.order.d3 import _sketches_anything
+
+    assert _sketches_anything(InfluenceConfig()) is False  # no reference, no means: the actors share chunk 0 too
+    assert _sketches_anything(InfluenceConfig(estimator=DriftConfig(residual="sketch"))) is True
+    assert _sketches_anything(InfluenceConfig(estimator=DriftConfig(), preconditioner="none")) is True

@@ -198,9 +198,11 @@ class D3Scheduler(SchedulerBase):
             self.solver_pool = cfg.solver_pool.build(cfg.solver)
         self._assemble = ray.remote(num_cpus=0, max_retries=2)(assemble_influence)
         self._reference: list | None = None
-        # Only a pool of several influence workers needs a shared control-variate reference.
+        # Only a pool of several influence workers that sketch something needs a shared control-variate
+        # reference (the default, drift with residual none, sketches nothing: no reference, no means shipped).
+        self._sketches = _sketches_anything(cfg.influence)
         self._keeps_reference = (len(self.influence_actors) > 1 and cfg.influence.control_variate
-                                 and not cfg.influence.estimator.is_exact_lookahead)
+                                 and not cfg.influence.estimator.is_exact_lookahead and self._sketches)
 
     def submit(self, chunk: Chunk, batch_refs: tuple, context: SubmitContext) -> PendingDecision:
         n = chunk.size
@@ -232,7 +234,7 @@ class D3Scheduler(SchedulerBase):
             parts = [a.lookahead_chunk.remote(chunk.chunk_id, weights, refs, ids, ids[k::len(actors)])
                      for k, a in enumerate(actors) if ids[k::len(actors)]]
         else:  # several workers share a chunk only once a common reference (the last chunk's) exists
-            shared = len(actors) > 1 and self._reference is not None
+            shared = len(actors) > 1 and (self._reference is not None or not self._sketches)
             splits = np.array_split(np.arange(n), len(actors)) if shared else [np.arange(n)]
             parts = [actors[k].sketch_chunk.remote(chunk.chunk_id, weights, [refs[i] for i in part], [ids[i] for i in part],
                                                    self._reference if shared else None, self._keeps_reference)
@@ -253,6 +255,13 @@ class D3Scheduler(SchedulerBase):
         self.solver_pool.shutdown()
         for actor in self.influence_actors:
             ray.kill(actor)
+
+
+def _sketches_anything(config: InfluenceConfig) -> bool:
+    """Whether the influence sketches rows (as ``sketch_chunk`` decides): not for the exact drift
+    potential alone (``drift`` with ``residual: none`` and the AdamW step), whose rows are zero-width."""
+    potential = config.estimator.exact_potential and config.needs_optimizer_state
+    return config.estimator.sketches_residual or not potential
 
 
 def _base_record(cfg: D3ScheduleConfig) -> dict[str, Any]:
