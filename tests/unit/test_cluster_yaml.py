@@ -1,7 +1,10 @@
 """cluster.yaml (AWS) and cluster-gcp.yaml pass Ray's own launcher schema offline, and keep d3ray's
 invariants: a head with no CPUs, GPU workers, CPU workers with the solver custom resource, every
 setup/start command list spelled out (no provider default merged in), Ray pinned to the installed
-2.60 on every node, d3ray installed from the repository, and a comment on every field.
+2.60 on every node, d3ray installed from the repository with its cloud extra, torch pinned to the CUDA
+build the GPU image's driver runs, the AWS node configs valid ``RunInstances`` arguments (botocore's own
+EC2 model, offline) with instance profiles for S3, GCP GPU nodes with a ``scheduling`` mapping, and a
+comment on every field.
 
 ``prepare_config``/``validate_config`` are Ray private API (ray.autoscaler._private.util), pinned
 with Ray itself (pyproject: ray >=2.60,<2.61).
@@ -84,7 +87,7 @@ def test_cluster_yaml_pins_installed_ray_and_installs_d3ray_everywhere(name):
         re.search(r'"ray\[([\w,]+)\]', setup).group(1).split(",")
     )
     assert raw["file_mounts"]["~/d3ray"] == "."
-    assert re.search(r"pip install .*-e ~/d3ray", setup)
+    assert re.search(r'pip install .*-e "\$HOME/d3ray\[cloud\]"', setup), "d3ray with s3fs/gcsfs for s3:// gs:// data"
     assert "ray start --head" in " ".join(raw["head_start_ray_commands"])
     assert "--address=$RAY_HEAD_IP:6379" in " ".join(raw["worker_start_ray_commands"])
 
@@ -101,3 +104,52 @@ def test_cluster_yaml_every_field_commented(name):
         if "#" not in line and not previous.startswith("#"):
             missing.append(f"{i + 1}: {line.strip()}")
     assert not missing, "fields without a comment:\n" + "\n".join(missing)
+
+
+CUDA_INDEX = re.compile(r'"torch==([\d.]+)" --index-url https://download.pytorch.org/whl/cu(\d+)')
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_cluster_yaml_torch_cuda_build_pinned_before_everything_else(name):
+    import torch
+
+    _, raw = load(name)
+    setup = raw["setup_commands"]
+    pinned = [(i, CUDA_INDEX.search(c)) for i, c in enumerate(setup) if CUDA_INDEX.search(c)]
+    assert len(pinned) == 1, "one torch install, from PyTorch's CUDA index"
+    index, match = pinned[0]
+    assert match.group(1) == torch.__version__.split("+")[0], "the torch this project is tested with"
+    assert match.group(2) == "128", "CUDA 12.8: driver >= 570, what the GPU images ship"
+    later = [c for c in setup[index + 1:] if "pip install" in c]
+    assert later and all("torch" not in c for c in later), "nothing after it installs another torch"
+
+
+def test_cluster_yaml_gcp_gpu_image_matches_torch_cuda_and_scheduling_is_a_mapping():
+    _, raw = load("cluster-gcp.yaml")
+    gpu = [t["node_config"] for t in raw["available_node_types"].values() if t["resources"].get("GPU", 0) >= 1]
+    assert gpu
+    for node in gpu:
+        # instances.insert takes a Scheduling object; a list is rejected by the Compute API
+        assert node["scheduling"] == {"onHostMaintenance": "TERMINATE", "automaticRestart": True}
+        image = node["disks"][0]["initializeParams"]["sourceImage"]
+        assert "common-cu128" in image and "nvidia-570" in image, "CUDA 12.8 image with the 570 driver"
+
+
+def test_cluster_yaml_aws_node_configs_valid_run_instances_with_s3_profiles():
+    """Each node_config is what Ray's AWS provider passes to ``ec2.create_instances`` (plus the counts and
+    tags it adds): checked against botocore's bundled EC2 model, which knows every RunInstances field."""
+    import botocore.session
+    from botocore.validate import ParamValidator
+
+    text, raw = load("cluster.yaml")
+    shape = botocore.session.get_session().get_service_model("ec2").operation_model("RunInstances").input_shape
+    profiles = {}
+    for node_type, spec in raw["available_node_types"].items():
+        report = ParamValidator().validate({**spec["node_config"], "MinCount": 1, "MaxCount": 1}, shape)
+        assert not report.has_errors(), f"{node_type}: {report.generate_report()}"
+        profiles[node_type] = spec["node_config"]["IamInstanceProfile"]["Name"]
+    head = raw["head_node_type"]
+    assert profiles[head] == "d3ray-head"  # set explicitly, Ray creates no default role (and none for workers)
+    assert {p for n, p in profiles.items() if n != head} == {"d3ray-worker"}
+    for action in ("s3:ListBucket", "s3:GetObject", "s3:PutObject", "AmazonEC2FullAccess", "iam:PassRole"):
+        assert action in text, f"the policy the profiles need names {action}"
