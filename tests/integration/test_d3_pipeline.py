@@ -59,6 +59,7 @@ def d3_config(corpus, out, name, *extra) -> RunConfig:
         "--eval.max_sequences_per_domain=2",
         "--schedule.type=d3", f"--schedule.L={L}", "--schedule.influence.sketch.k=256",
         "--schedule.influence.sample_fraction=0.5", "--schedule.deadline_s=3600",  # a fallback can only come from a failure, not a slow box
+        "--schedule.first_chunk=scored",  # every chunk scored, chunk 0 too (the no-argument run trains it in stream order)
         *extra,
     ])
 
