@@ -54,12 +54,27 @@ def trained_samples(run_dir):
     return [sid for r in rows for sid in r["sample_ids"]]
 
 
-def test_pretrain_zero2_two_workers_loss_falls_and_kill_resume_matches(ray_cluster, corpus, tmp_path):
+def test_pretrain_zero2_two_workers_loss_falls_and_kill_resume_matches(ray_cluster, corpus, tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
     from d3ray.train.run import run_pretrain
 
-    # 1. uninterrupted reference run
-    ref_cfg = run_config(corpus, tmp_path, "reference")
+    # 1. uninterrupted reference run, also reported to W&B (offline) and MLflow (a file store): the trackers'
+    # variables are set in this driver only, after the shared Ray instance started, so the rank-0 worker
+    # sees them only through d3ray's pass-through (d3ray/cluster.py: worker_env)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb_dir"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # this process reads the store below
+    (tmp_path / "wandb_dir").mkdir()
+    ref_cfg = run_config(corpus, tmp_path, "reference", "--train.report_to=[tensorboard,wandb,mlflow]")
     final = run_pretrain(ref_cfg)
+    assert len(list((tmp_path / "wandb_dir").glob("wandb/offline-run-*/run-*.wandb"))) == 1
+    client = MlflowClient((tmp_path / "mlruns").as_uri())
+    [tracked] = client.search_runs([client.get_experiment_by_name("d3ray").experiment_id])
+    assert [m.step for m in client.get_metric_history(tracked.info.run_id, "train.loss")] == list(range(1, STEPS + 1))
+    assert tracked.data.metrics["eval.mean_loss"] == pytest.approx(final["eval/mean_loss"])
     ref_losses = losses_by_step(ref_cfg.run_dir)
     assert sorted(ref_losses) == list(range(1, STEPS + 1))
     first, last = np.mean([ref_losses[s] for s in (1, 2, 3)]), np.mean([ref_losses[s] for s in (22, 23, 24)])
