@@ -115,7 +115,7 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
             ).remote(make_stream, scheduler, needs, schedule.prefetch_chunks, schedule.staleness, schedule.deadline_s,
                      str(run_dir))
         # (a compare arm starting from a trunk, train.init_checkpoint: the trainers publish its weights)
-        if needs.weights and not any(run_dir.glob("checkpoint_*")) and not cfg.train.init_checkpoint:
+        if needs.weights and not has_checkpoint(cfg) and not cfg.train.init_checkpoint:
             publish_initial_weights(cfg, model_config, coordinator, needs.optimizer_state, needs.snapshot_dtype)
         spec = WorkerSpec(cfg=cfg, model_config=model_config, coordinator=coordinator, eval_sets=eval_ref,
                           tokenizer_dir=str(prepared.tokenizer_dir), publish_weights=needs.weights,
@@ -215,6 +215,20 @@ def in_trainer_influence(schedule: Any, steps: int) -> Any:
 
     return InTrainerInfluence(config=schedule.influence, staleness=schedule.staleness,
                               total_chunks=-(-steps // schedule.L))
+
+
+def has_checkpoint(cfg: RunConfig) -> bool:
+    """Whether Ray Train's storage holds a checkpoint of this run, i.e. this run resumes: ``checkpoint_*``
+    under ``<storage_path>/<name>`` on a local or shared path, or on an ``s3://`` / ``gs://`` URI (listed
+    through pyarrow.fs, as Ray Train writes them); under the run directory without a ``storage_path``."""
+    if not cfg.storage_path or "://" not in cfg.storage_path:
+        experiment = cfg.run_dir if not cfg.storage_path else Path(cfg.storage_path).expanduser().resolve() / cfg.name
+        return any(p.is_dir() for p in experiment.glob("checkpoint_*"))  # not checkpoint_manager_snapshot.json
+    import pyarrow.fs
+
+    fs, root = pyarrow.fs.FileSystem.from_uri(cfg.storage_path.rstrip("/") + "/" + cfg.name)
+    listing = fs.get_file_info(pyarrow.fs.FileSelector(root, allow_not_found=True))
+    return any(i.type == pyarrow.fs.FileType.Directory and i.base_name.startswith("checkpoint_") for i in listing)
 
 
 def publish_initial_weights(cfg: RunConfig, model_config: dict[str, Any], coordinator: Any,
