@@ -13,7 +13,8 @@ def reference_sequences(shards, cfg, tok) -> list:
     packer = SequencePacker(cfg.seq_len, eos)
     out = []
     for shard in shards:
-        for doc in iter_documents(shard, cfg.layout, cfg.domains, cfg.max_record_bytes):
+        for doc in iter_documents(shard, cfg.layout, cfg.domains, cfg.max_record_bytes, text_key=cfg.text_key,
+                                  domain_key=cfg.domain_key):
             if not doc.is_bad:
                 (ids,) = encode_texts(backend, [doc.text])
                 out += packer.feed(TokenizedDocument(ids, doc.domain, doc.shard, doc.line))

@@ -82,7 +82,8 @@ def token_counts(paths: list[str], data: Any, tokenizer_dir: str | Path, vocab_s
         texts.clear()
 
     for shard in list_shards(paths):
-        for doc in iter_documents(shard, data.layout, data.domains, data.max_record_bytes):
+        for doc in iter_documents(shard, data.layout, data.domains, data.max_record_bytes, text_key=data.text_key,
+                                  domain_key=data.domain_key):
             if doc.is_bad:
                 continue
             texts.append(doc.text)

@@ -1,7 +1,8 @@
 """``d3ray data``: generate the sample corpus, inspect a corpus.
 
 d3ray data sample --out DIR [--seed N] [--train-docs N] [--validation-docs N]
-d3ray data inspect PATH [PATH ...] [--tokenizer DIR] [--layout auto] [--domains any] [--json]
+d3ray data inspect PATH [PATH ...] [--tokenizer DIR] [--layout auto] [--domains any] [--text-key text]
+                   [--domain-key meta.redpajama_set_name] [--json]
 d3ray data sft-sample --out DIR [--seed N] [--train-per-skill N] [--test-per-skill N]
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from d3ray.data.config import DEFAULT_DOMAINS, LAYOUTS
+from d3ray.data.config import DEFAULT_DOMAIN_KEY, DEFAULT_DOMAINS, DEFAULT_TEXT_KEY, LAYOUTS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,7 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     insp = sub.add_parser("inspect", help="records, tokens and bad records per domain and per shard")
     insp.add_argument(
-        "paths", nargs="+", metavar="PATH", help="folder, glob or URI of .jsonl[.zst|.gz] shards"
+        "paths", nargs="+", metavar="PATH",
+        help="folder, glob or URI of .jsonl[.zst|.gz], .parquet or .arrow shards (or a saved HF dataset folder)"
     )
     insp.add_argument("--tokenizer", default=None, help="tokenizer directory (default: count words)")
     insp.add_argument("--layout", choices=LAYOUTS, default="auto", help="corpus layout (default auto)")
@@ -44,6 +46,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=",".join(DEFAULT_DOMAINS),
         help="comma-separated known domains, or 'any' (default: the 7 SlimPajama sets)",
     )
+    insp.add_argument("--text-key", default=DEFAULT_TEXT_KEY, help="the text field, dotted if nested (data.text_key)")
+    insp.add_argument("--domain-key", default=DEFAULT_DOMAIN_KEY,
+                      help=f"the domain field, dotted if nested (data.domain_key; default {DEFAULT_DOMAIN_KEY})")
     insp.add_argument("--json", action="store_true", help="print JSON instead of a table")
     insp.set_defaults(func=_inspect)
 
@@ -81,6 +86,7 @@ def _inspect(args: argparse.Namespace) -> int:
     from d3ray.data.report import inspect
 
     domains = None if args.domains == "any" else [d for d in args.domains.split(",") if d]
-    report = inspect(args.paths, tokenizer_dir=args.tokenizer, layout=args.layout, domains=domains)
+    report = inspect(args.paths, tokenizer_dir=args.tokenizer, layout=args.layout, domains=domains,
+                     text_key=args.text_key, domain_key=args.domain_key)
     print(report.to_json() if args.json else report.format_table())
     return 0

@@ -2,14 +2,21 @@
 
 Domains are named as SlimPajama names them (``meta.redpajama_set_name``). RedPajama-1T stores each
 domain in its own folder (``arxiv/``, ``c4-rp/``, ``cc/`` ...); :func:`canonical_domain` maps those
-folder names onto the SlimPajama labels so that both layouts yield the same domain names.
+folder names onto the SlimPajama labels so that both layouts yield the same domain names. Any other
+corpus names its text and domain fields (``text_key``, ``domain_key``, dotted for nested ones), or
+takes its domains from its files or folders (layouts ``file``, ``folder``), and then may leave the
+domain list to the corpus (``domains: []``, resolved by :func:`d3ray.data.corpus.resolve_corpus`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-LAYOUTS = ("auto", "slimpajama", "redpajama_1t")
+LAYOUTS = ("auto", "slimpajama", "redpajama_1t", "folder", "file")
+#: Layouts whose domains the shard listing names (no record is read to know them): ``domains: []`` works.
+LISTING_LAYOUTS = ("redpajama_1t", "folder", "file")
+DEFAULT_TEXT_KEY = "text"
+DEFAULT_DOMAIN_KEY = "meta.redpajama_set_name"
 DEFAULT_MAX_RECORD_BYTES = 64 * 1024 * 1024
 
 DEFAULT_DOMAINS = (
@@ -84,12 +91,23 @@ class DataConfig:
     validation_paths: list[str] = field(default_factory=list)
     """Held-out shards for per-domain validation loss; empty means the sample corpus' validation split."""
     layout: str = "auto"
-    """``slimpajama`` (domain from ``meta.redpajama_set_name``), ``redpajama_1t`` (domain from the
-    shard's folder name) or ``auto`` (the set name when a record has one, else the folder name)."""
+    """Where a record's domain comes from: ``slimpajama`` (the record's ``domain_key`` field),
+    ``auto`` (that field when a record has it, else the folder name mapped as ``redpajama_1t`` maps it),
+    ``redpajama_1t`` (the shard's folder name, RedPajama-1T names mapped onto SlimPajama's:
+    ``c4-rp`` → ``RedPajamaC4``), ``folder`` (the folder name as it is: one folder = one domain) or
+    ``file`` (the file name without its suffix: one file = one domain)."""
+    text_key: str = DEFAULT_TEXT_KEY
+    """The record field (JSON key or parquet/arrow column) holding the text; dotted for a nested one
+    (``body.text``)."""
+    domain_key: str = DEFAULT_DOMAIN_KEY
+    """The record field holding the domain (layouts ``slimpajama`` and ``auto``); dotted for a nested
+    one, as SlimPajama's ``meta.redpajama_set_name``."""
     seq_len: int = 128
     """T: tokens per packed training sequence."""
     domains: list[str] = field(default_factory=lambda: list(DEFAULT_DOMAINS))
-    """Known domain labels; a record of any other domain is a bad record (``unknown_domain``)."""
+    """Known domain labels; a record of any other domain is a bad record (``unknown_domain``). ``[]``:
+    every domain the corpus' folders or files name (layouts ``folder``, ``file``, ``redpajama_1t``),
+    in listing order, resolved and logged before the run starts."""
     max_bad_fraction: float = 0.01
     """Stop with an error once more than this fraction of the records read are bad."""
     min_records_before_check: int = 1000
@@ -120,8 +138,15 @@ class DataConfig:
             raise ValueError(f"data.layout must be one of {list(LAYOUTS)}, got {self.layout!r}")
         if self.seq_len < 2:
             raise ValueError(f"data.seq_len must be >= 2, got {self.seq_len}")
-        if not self.domains:
-            raise ValueError("data.domains must not be empty")
+        if not self.domains and self.layout not in LISTING_LAYOUTS:
+            raise ValueError(
+                f"data.domains=[] (the corpus' own domains) needs a layout whose folders or files name the "
+                f"domains ({', '.join(LISTING_LAYOUTS)}), not data.layout={self.layout}; list the domains "
+                f"(`d3ray data inspect PATH --domains any` shows the corpus' own) or set --data.layout=folder")
+        for name in ("text_key", "domain_key"):
+            key = getattr(self, name)
+            if not key or "" in key.split("."):
+                raise ValueError(f"data.{name} must be a field name, dotted for a nested one, got {key!r}")
         if len(set(self.domains)) != len(self.domains):
             raise ValueError(f"data.domains has duplicates: {self.domains}")
         if not 0.0 <= self.max_bad_fraction <= 1.0:

@@ -29,7 +29,8 @@ def _document_batches(
 ) -> Iterator[list[Document]]:
     batch: list[Document] = []
     for shard in list_shards(paths):
-        for doc in iter_documents(shard, cfg.layout, cfg.domains, cfg.max_record_bytes):
+        for doc in iter_documents(shard, cfg.layout, cfg.domains, cfg.max_record_bytes, text_key=cfg.text_key,
+                                  domain_key=cfg.domain_key):
             ledger.record(doc)
             if not doc.is_bad:
                 batch.append(doc)

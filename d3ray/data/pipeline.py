@@ -24,9 +24,12 @@ shards than ``tokenize_actors`` (one large shard) uses the actor pool: reading r
 (the text of a block crosses the object store once, in shared memory).
 Ray Data's built-in ``read_json`` fails a whole read task (or drops a whole file with
 ``max_errored_blocks``) on one malformed line and loads a file whole per task (ray#46485), hence
-our own generator over :func:`~d3ray.data.records.iter_documents`. ``preserve_order`` makes the
-stream order (shards as listed, lines in file order) independent of the number of actors, so the
-same corpus always yields the same sequences with the same ids. Blocks are small
+our own generator over :func:`~d3ray.data.records.iter_documents`. Parquet and Arrow shards go
+through the same task, read with pyarrow (:mod:`d3ray.data.columnar`, the reader under Ray Data's
+own ``read_parquet``): ``read_parquet`` would give rows without a shard position, so no seeking resume,
+no per-domain lanes and no per-row bad-record accounting; here a parquet shard is one more shard.
+``preserve_order`` makes the stream order (shards as listed, lines in file order) independent of
+the number of actors, so the same corpus always yields the same sequences with the same ids. Blocks are small
 (``cfg.block_bytes``) so tokens stream to the consumer while a shard is still being read. Every
 row carries its shard position, so a stream can be started again at any row
 (:func:`document_dataset` ``start=``) without reading what comes before it.
@@ -45,7 +48,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from d3ray.data.config import DataConfig
+from d3ray.data.config import DEFAULT_DOMAIN_KEY, DEFAULT_TEXT_KEY, DataConfig
 from d3ray.data.packing import PackedSequence, TokenBlock
 from d3ray.data.records import BadRecordLedger, Document, iter_documents
 from d3ray.data.shards import Shard, ShardPosition
@@ -100,6 +103,8 @@ def read_shard_blocks(
     block_bytes: int,
     lane: str | None = None,
     unattributed_lane: str | None = None,
+    text_key: str = DEFAULT_TEXT_KEY,
+    domain_key: str = DEFAULT_DOMAIN_KEY,
 ) -> Iterator[pa.Table]:
     """Ray Data UDF: stream the shards described in ``batch`` (each from its start position) as
     blocks of document rows (``rows_per_block`` rows, or fewer once their text passes ``block_bytes``)."""
@@ -108,7 +113,8 @@ def read_shard_blocks(
         start = ShardPosition(*(int(batch[f"start_{c}"][i]) for c in _POSITION_COLUMNS))
         docs: list[Document] = []
         text_bytes = 0
-        for doc in iter_documents(shard, layout, domains, max_record_bytes, start, lane, unattributed_lane):
+        for doc in iter_documents(shard, layout, domains, max_record_bytes, start, lane, unattributed_lane,
+                                  text_key=text_key, domain_key=domain_key):
             docs.append(doc)
             text_bytes += len(doc.text)
             if len(docs) >= rows_per_block or text_bytes >= block_bytes:
@@ -219,6 +225,8 @@ def document_dataset(
         "block_bytes": cfg.block_bytes,
         "lane": lane,
         "unattributed_lane": unattributed_lane,
+        "text_key": cfg.text_key,
+        "domain_key": cfg.domain_key,
     }
     cpus = cfg.tokenize_cpus if tokenize_cpus is None else tokenize_cpus
     if lane is not None or len(shards) >= actors:  # a read-and-tokenize task per shard, ``actors`` at once

@@ -1,23 +1,27 @@
-"""Parse shard lines into documents, and account for every bad record.
+"""Parse shard records into documents, and account for every bad record.
 
-Every line of a shard becomes exactly one :class:`Document`: a good one (text and domain) or a
-bad one whose ``bad_reason`` says why. Nothing is dropped silently, and a bad line never costs
-the good lines around it: a truncated ``.zst`` stream yields every complete line before the cut
-and then one ``truncated_zstd`` record. :class:`BadRecordLedger` counts bad records per shard and
-per reason, keeps the first line numbers of each, and stops a run whose bad fraction is too high.
-Whitespace-only lines are not records (JSONL writers often end files with a blank line).
+Every record of a shard (a non-blank JSONL line, or a parquet/arrow row) becomes exactly one
+:class:`Document`: a good one (text and domain) or a bad one whose ``bad_reason`` says why. Nothing
+is dropped silently, and a bad record never costs the good ones around it: a truncated ``.zst``
+stream yields every complete line before the cut and then one ``truncated_zstd`` record.
+:class:`BadRecordLedger` counts bad records per shard and per reason, keeps the first line (row)
+numbers of each, and stops a run whose bad fraction is too high. Whitespace-only lines are not
+records (JSONL writers often end files with a blank line).
+
+The text is the record's ``text_key`` field and the domain, by layout, its ``domain_key`` field
+(``slimpajama``; ``auto`` falls back to the folder) or the shard's folder or file name (``redpajama_1t``,
+``folder``, ``file``: :func:`listing_domain`). Keys are dotted for nested fields (``meta.redpajama_set_name``).
 
 Each document carries its :class:`~d3ray.data.shards.ShardPosition`, so a reader can resume at
 any record. A per-domain reader (``lane=<domain>``) keeps only the records that belong to its
-domain: on mixed-domain shards (SlimPajama) a cheap byte probe for ``"redpajama_set_name"``
-decides most lines without parsing their JSON; a record with no known domain (malformed JSON,
-an unknown domain, ...) belongs to exactly one lane, ``unattributed_lane``, so that it is counted
-once however many lanes read the shard.
+domain: a shard whose listing names its domain is skipped whole by the other lanes; on mixed-domain
+JSONL shards (SlimPajama) a cheap byte probe for the domain key decides most lines without parsing
+their JSON; a record with no known domain (malformed JSON, an unknown domain, ...) belongs to exactly
+one lane, ``unattributed_lane``, so that it is counted once however many lanes read the shard.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import re
@@ -26,7 +30,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from d3ray.data.config import DEFAULT_MAX_RECORD_BYTES, canonical_domain
+from d3ray.data.config import DEFAULT_DOMAIN_KEY, DEFAULT_MAX_RECORD_BYTES, DEFAULT_TEXT_KEY, canonical_domain
 from d3ray.data.shards import Shard, ShardPosition, TruncatedStreamError, iter_shard_lines
 from d3ray.errors import UserError
 
@@ -34,26 +38,25 @@ logger = logging.getLogger(__name__)
 
 BAD_REASONS = (
     "malformed_json",  # not JSON, or JSON that is not an object
-    "missing_text",  # no "text" key
-    "non_string_text",  # "text" is not a string
-    "empty_text",  # "text" is empty or whitespace only
+    "missing_text",  # no text field (data.text_key), or no such column
+    "non_string_text",  # the text field is not a string (or is null)
+    "empty_text",  # the text is empty or whitespace only
     "undecodable_bytes",  # the line is not UTF-8, or the text holds lone surrogates
     "truncated_zstd",  # the .zst stream ends inside a frame or is corrupt
     "truncated_gzip",  # the .gz stream ends early or is corrupt
+    "corrupt_columnar",  # a parquet/arrow file, row group or record batch pyarrow cannot read
     "unknown_domain",  # no domain, or one not in DataConfig.domains
-    "oversized_record",  # the line is longer than DataConfig.max_record_bytes
+    "oversized_record",  # the line (text) is longer than DataConfig.max_record_bytes
 )
-
-_SET_NAME_KEY = b'"redpajama_set_name"'
-_SET_NAME = re.compile(rb'"redpajama_set_name"\s*:\s*"([^"\\]*)"')
 
 
 @dataclass(frozen=True)
 class Document:
     """One record of a shard: good (``bad_reason == ""``) or bad (``text == ""``, reason set).
 
-    ``line`` is 1-based. ``detail`` is a short human explanation of a bad record. ``offset``,
-    ``frame_offset`` and ``frame_start`` are the record's :class:`~d3ray.data.shards.ShardPosition`.
+    ``line`` is 1-based (a row number in a columnar shard). ``detail`` is a short human explanation of
+    a bad record. ``offset``, ``frame_offset`` and ``frame_start`` are the record's
+    :class:`~d3ray.data.shards.ShardPosition`.
     """
 
     text: str
@@ -75,6 +78,41 @@ class Document:
         return bool(self.bad_reason)
 
 
+def listing_domain(shard: Shard, layout: str) -> str | None:
+    """The domain the shard's listing names (layouts ``redpajama_1t``, ``folder``, ``file``), or None
+    when each record names its own (``slimpajama``, ``auto``)."""
+    if layout == "redpajama_1t":
+        return canonical_domain(shard.folder)
+    if layout == "folder":
+        return shard.folder
+    if layout == "file":
+        return shard.stem
+    return None
+
+
+class _Fields:
+    """How one shard's records give their text and domain (the keys split once, the probe compiled once)."""
+
+    def __init__(self, shard: Shard, layout: str, text_key: str, domain_key: str) -> None:
+        self.text_key, self.domain_key = text_key, domain_key
+        self.text_path, self.domain_path = tuple(text_key.split(".")), tuple(domain_key.split("."))
+        self.named = listing_domain(shard, layout)
+        self.fallback = canonical_domain(shard.folder) if layout == "auto" else ""
+        # SlimPajama's set names go through canonical_domain (as folder names do); a user's labels stay as given.
+        self.canonical = domain_key == DEFAULT_DOMAIN_KEY
+        leaf = json.dumps(self.domain_path[-1]).encode()
+        self.probe_key = leaf
+        self.probe = re.compile(re.escape(leaf) + rb'\s*:\s*"([^"\\]*)"')
+
+    def domain(self, value: Any) -> str:
+        """The record's domain from its domain field's value (``None`` when it has none)."""
+        if self.named is not None:
+            return self.named
+        if isinstance(value, str) and value:
+            return canonical_domain(value) if self.canonical else value
+        return self.fallback
+
+
 def iter_documents(
     shard: Shard,
     layout: str,
@@ -83,29 +121,37 @@ def iter_documents(
     start: ShardPosition | None = None,
     lane: str | None = None,
     unattributed_lane: str | None = None,
+    *,
+    text_key: str = DEFAULT_TEXT_KEY,
+    domain_key: str = DEFAULT_DOMAIN_KEY,
 ) -> Iterator[Document]:
-    """Stream a shard's records, one :class:`Document` per non-blank line, in file order.
+    """Stream a shard's records, one :class:`Document` per non-blank line (or row), in file order.
 
-    The domain is ``meta.redpajama_set_name`` (layout ``slimpajama``), the shard's folder name
-    mapped by :func:`~d3ray.data.config.canonical_domain` (``redpajama_1t``; ``meta`` may be
-    absent), or the set name when present and else the folder (``auto``).
+    The domain is the record's ``domain_key`` field (layout ``slimpajama``; a SlimPajama set name is
+    mapped by :func:`~d3ray.data.config.canonical_domain`), that field when present and else the
+    shard's folder name mapped the same way (``auto``), or what :func:`listing_domain` names
+    (``redpajama_1t``, ``folder``, ``file``; the record's fields are not read for it).
 
     Args:
-        shard: the shard to read.
-        layout: ``auto``, ``slimpajama`` or ``redpajama_1t``.
+        shard: the shard to read (JSONL, or parquet/arrow: :mod:`d3ray.data.columnar`).
+        layout: one of :data:`~d3ray.data.config.LAYOUTS`.
         domains: the known domain labels; any other is ``unknown_domain``. ``None`` accepts any
             non-empty label (for inspecting a corpus of unknown domains).
-        max_record_bytes: longer lines are ``oversized_record``.
-        start: resume at this record (a position from an earlier read), not at the first line.
+        max_record_bytes: longer lines (texts) are ``oversized_record``.
+        start: resume at this record (a position from an earlier read), not at the first one.
         lane: keep only the records of this domain (a per-domain reader); ``None`` keeps all.
         unattributed_lane: the lane that keeps the records of no known domain (only with ``lane``).
+        text_key, domain_key: the text and domain fields, dotted for nested ones.
     """
     known = frozenset(domains) if domains is not None else None
-    folder_domain = canonical_domain(shard.folder)
-    if lane is not None and layout == "redpajama_1t" and folder_domain != lane:
-        if not (unattributed_lane == lane and (known is None or folder_domain not in known)):
+    fields = _Fields(shard, layout, text_key, domain_key)
+    if lane is not None and fields.named is not None and fields.named != lane:
+        if not (unattributed_lane == lane and (known is None or fields.named not in known)):
             return  # every record of this shard belongs to another lane
-    probe = lane is not None and layout != "redpajama_1t" and known is not None
+    if shard.columnar:
+        yield from _columnar_documents(shard, fields, known, max_record_bytes, start, lane, unattributed_lane)
+        return
+    probe = lane is not None and fields.named is None and known is not None
     position = start or ShardPosition()
     try:
         for line in iter_shard_lines(shard, max_record_bytes, start):
@@ -116,45 +162,62 @@ def iter_documents(
             elif not data or data.isspace():
                 continue
             else:
-                owner = _probe_domain(data) if probe else None
+                owner = _probe_domain(data, fields) if probe else None
                 if owner is not None and owner != lane and owner in known:  # type: ignore[operator]
                     continue  # another lane's record, decided without parsing it
-                doc = _parse_line(data, shard, line.number, layout, known, folder_domain)
-                if lane is not None and owner != lane:
-                    owner = doc.domain if (known is None or doc.domain in known) else None
-                    if owner != lane and not (owner is None and unattributed_lane == lane):
-                        continue
-            yield dataclasses.replace(
-                doc, offset=line.offset, frame_offset=line.frame_offset, frame_start=line.frame_start
-            )
+                doc = _parse_line(data, shard, line.number, known, fields)
+                if lane is not None and owner != lane and not _owned(doc, known, lane, unattributed_lane):
+                    continue
+            yield _at(doc, line.offset, line.frame_offset, line.frame_start)
     except TruncatedStreamError as err:
         at = err.position or position
         if lane is None or unattributed_lane == lane:
-            doc = _bad(shard, at.line, err.reason, err.detail)
-            yield dataclasses.replace(doc, offset=at.offset, frame_offset=at.frame_offset, frame_start=at.frame_start)
+            yield _at(_bad(shard, at.line, err.reason, err.detail), at.offset, at.frame_offset, at.frame_start)
 
 
-def _probe_domain(data: bytes) -> str | None:
-    """The set name of a SlimPajama line read from its bytes, or None when the bytes leave it unclear.
+def _owned(doc: Document, known: frozenset[str] | None, lane: str, unattributed_lane: str | None) -> bool:
+    """Whether ``lane`` keeps ``doc``: its domain's lane, or the unattributed lane for no known domain."""
+    owner = doc.domain if (known is None or doc.domain in known) else None
+    return owner == lane or (owner is None and unattributed_lane == lane)
 
-    JSON escapes every quote inside a string, so an unescaped ``"redpajama_set_name"`` is a key (or
-    a string value) of the record itself; the probe trusts it only when it occurs exactly once.
+
+def _at(doc: Document, offset: int, frame_offset: int, frame_start: int) -> Document:
+    return Document(doc.text, doc.domain, doc.shard, doc.line, doc.bad_reason, doc.detail, offset, frame_offset,
+                    frame_start)
+
+
+def _probe_domain(data: bytes, fields: _Fields) -> str | None:
+    """The domain of a JSONL line read from its bytes, or None when the bytes leave it unclear.
+
+    JSON escapes every quote inside a string, so an unescaped ``"<domain field>"`` followed by a
+    colon is a key of the record itself (at some depth); the probe trusts it only when it occurs
+    exactly once.
     """
-    at = data.rfind(_SET_NAME_KEY)
-    if at < 0 or data.find(_SET_NAME_KEY) != at:
+    at = data.rfind(fields.probe_key)
+    if at < 0 or data.find(fields.probe_key) != at:
         return None
-    match = _SET_NAME.match(data, at)
+    match = fields.probe.match(data, at)
     if match is None:
         return None
     try:
-        return canonical_domain(match.group(1).decode("utf-8"))
+        return fields.domain(match.group(1).decode("utf-8"))
     except UnicodeDecodeError:
         return None
 
 
-def _parse_line(
-    data: bytes, shard: Shard, line_no: int, layout: str, known: frozenset[str] | None, folder_domain: str
-) -> Document:
+def _lookup(record: dict[str, Any], key: str, path: tuple[str, ...]) -> tuple[bool, Any]:
+    """``(found, value)`` of a dotted field; a key holding the dots itself wins."""
+    if key in record:
+        return True, record[key]
+    node: Any = record
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def _parse_line(data: bytes, shard: Shard, line_no: int, known: frozenset[str] | None, fields: _Fields) -> Document:
     try:
         line = data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -165,14 +228,24 @@ def _parse_line(
         return _bad(shard, line_no, "malformed_json", str(err))
     if not isinstance(record, dict):
         return _bad(shard, line_no, "malformed_json", f"a JSON {type(record).__name__}, not an object")
-    domain = _domain_of(record, layout, folder_domain)  # bad records keep their domain for reports
-    if "text" not in record:
-        return _bad(shard, line_no, "missing_text", f"keys: {sorted(record)[:8]}", domain)
-    text = record["text"]
+    # bad records keep their domain for reports
+    domain = fields.domain(None if fields.named is not None else _lookup(record, fields.domain_key,
+                                                                         fields.domain_path)[1])
+    found, text = _lookup(record, fields.text_key, fields.text_path)
+    if not found:
+        detail = f"no field {fields.text_key!r}; keys: {sorted(record)[:8]}"
+        return _bad(shard, line_no, "missing_text", detail, domain)
+    return _judge(text, domain, shard, line_no, known, fields)
+
+
+def _judge(text: Any, domain: str, shard: Shard, line_no: int, known: frozenset[str] | None,
+           fields: _Fields) -> Document:
+    """The document of a record whose text field is present (value ``text``) and whose domain is ``domain``."""
     if not isinstance(text, str):
-        return _bad(shard, line_no, "non_string_text", f"text is a {type(text).__name__}", domain)
+        kind = "null" if text is None else f"a {type(text).__name__}"
+        return _bad(shard, line_no, "non_string_text", f"{fields.text_key} is {kind}", domain)
     if not text.strip():
-        return _bad(shard, line_no, "empty_text", f"text is {text[:20]!r}", domain)
+        return _bad(shard, line_no, "empty_text", f"{fields.text_key} is {text[:20]!r}", domain)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as err:  # JSON escapes can encode lone surrogates
@@ -182,14 +255,36 @@ def _parse_line(
     return Document(text=text, domain=domain, shard=shard.name, line=line_no)
 
 
-def _domain_of(record: dict[str, Any], layout: str, folder_domain: str) -> str:
-    if layout == "redpajama_1t":
-        return folder_domain
-    meta = record.get("meta")
-    set_name = meta.get("redpajama_set_name") if isinstance(meta, dict) else None
-    if isinstance(set_name, str) and set_name:
-        return canonical_domain(set_name)
-    return "" if layout == "slimpajama" else folder_domain
+def _columnar_documents(shard: Shard, fields: _Fields, known: frozenset[str] | None, max_record_bytes: int,
+                        start: ShardPosition | None, lane: str | None,
+                        unattributed_lane: str | None) -> Iterator[Document]:
+    """The rows of a parquet/arrow shard as documents (the same rules as a JSONL line's)."""
+    from d3ray.data.columnar import field_values, iter_column_batches
+
+    keys = [fields.text_key] if fields.named is not None else [fields.text_key, fields.domain_key]
+    for batch in iter_column_batches(shard, keys, start):
+        if batch.error or batch.table is None:
+            if lane is None or unattributed_lane == lane:
+                at = batch.position(0)
+                yield _at(_bad(shard, at.line, "corrupt_columnar", batch.error), at.offset, at.frame_offset,
+                          at.frame_start)
+            continue
+        texts = field_values(batch.table, fields.text_key)
+        labels = field_values(batch.table, fields.domain_key) if fields.named is None else None
+        missing = f"no column {fields.text_key!r}; columns: {list(batch.columns)[:8]}"
+        for i in range(batch.n_rows):
+            domain = fields.domain(labels[i] if labels is not None else None)
+            line_no = batch.first_row + i + 1
+            if texts is None:
+                doc = _bad(shard, line_no, "missing_text", missing, domain)
+            elif isinstance(texts[i], str) and len(texts[i]) * 4 > max_record_bytes and \
+                    len(texts[i].encode("utf-8", "surrogatepass")) > max_record_bytes:
+                doc = _bad(shard, line_no, "oversized_record", f"text longer than {max_record_bytes} bytes", domain)
+            else:
+                doc = _judge(texts[i], domain, shard, line_no, known, fields)
+            if lane is not None and not _owned(doc, known, lane, unattributed_lane):
+                continue
+            yield _at(doc, line_no - 1, batch.group, batch.group_start)
 
 
 def _bad(shard: Shard, line_no: int, reason: str, detail: str, domain: str = "") -> Document:
@@ -326,55 +421,3 @@ class BadRecordLedger:
             kept = self.first_lines[(shard, reason)]
             kept[:] = sorted(set(kept) | set(lines))[: self.keep_lines]
 
-
-def check_records_sample(shards: Sequence[Shard], cfg: Any, field: str, per_shard: int = 64,
-                         max_shards: int = 8) -> None:
-    """Stop before any training when a sample of a corpus' records holds no usable record.
-
-    Reads the first ``per_shard`` records of up to ``max_shards`` shards spread over the listing (a
-    few milliseconds). A plain ``{"text": ...}`` corpus in ``mydata/train/`` gets the folder name
-    ``train`` as its domain, which is not among the default ``data.domains``: every record would be
-    bad, and a tokenizer trained on none of them. Some good records pass (the run's ledger then
-    enforces ``data.max_bad_fraction``).
-
-    Args:
-        shards: the listed shards of ``field``.
-        cfg: the :class:`~d3ray.data.config.DataConfig` (layout, domains, max_record_bytes).
-        field: the config field the shards come from, for the message (``data.train_paths``).
-
-    Raises:
-        UserError: no good record in the sample; the message names ``data.domains`` / ``data.layout``
-            and the domains seen when they are the cause, else the bad reasons and a first bad line.
-    """
-    if not shards:
-        return
-    n_used = min(len(shards), max_shards)
-    picked = [shards[(i * len(shards)) // n_used] for i in range(n_used)]
-    reasons: Counter[str] = Counter()
-    seen: Counter[str] = Counter()  # domains of unknown_domain records
-    first_bad: Document | None = None
-    for shard in picked:
-        for n, doc in enumerate(iter_documents(shard, cfg.layout, cfg.domains, cfg.max_record_bytes)):
-            if not doc.is_bad:
-                return
-            reasons[doc.bad_reason] += 1
-            first_bad = first_bad or doc
-            if doc.bad_reason == "unknown_domain":
-                seen[doc.domain or "(none)"] += 1
-            if n + 1 >= per_shard:
-                break
-    total = sum(reasons.values())
-    if not total:
-        raise UserError(f"{field}: the {n_used} files sampled hold no record (only blank lines); check the paths")
-    where = f"the first {total} records of {n_used} file(s) of {field}"
-    if reasons["unknown_domain"] == total:
-        domains = sorted(seen)
-        raise UserError(
-            f"data.domains: {where} are all of unknown domains {domains[:8]} (known: {list(cfg.domains)[:8]}); "
-            f"set --data.domains='[{', '.join(domains[:8])}]' (with data.layout={cfg.layout}, a record without "
-            f"meta.redpajama_set_name takes its folder's name as its domain), or lay out one folder per domain")
-    assert first_bad is not None
-    raise UserError(
-        f"{field}: none of {where} is usable (by reason {dict(sorted(reasons.items()))}; first {first_bad.shard} "
-        f"line {first_bad.line}: {first_bad.bad_reason}, {first_bad.detail}); fix the records, or check "
-        f"data.layout / data.domains (`d3ray data inspect` counts every bad record by reason)")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from d3ray.data.config import DEFAULT_DOMAINS, DEFAULT_MAX_RECORD_BYTES
+from d3ray.data.config import DEFAULT_DOMAIN_KEY, DEFAULT_DOMAINS, DEFAULT_MAX_RECORD_BYTES, DEFAULT_TEXT_KEY
 from d3ray.data.records import BadRecordLedger, Document, iter_documents
 from d3ray.data.shards import list_shards
 
@@ -95,15 +95,18 @@ def inspect(
     layout: str = "auto",
     domains: Sequence[str] | None = DEFAULT_DOMAINS,
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    text_key: str = DEFAULT_TEXT_KEY,
+    domain_key: str = DEFAULT_DOMAIN_KEY,
 ) -> CorpusReport:
     """Count records, tokens and bad records per domain and per shard.
 
     Args:
         paths: folders, globs or URIs of shards.
         tokenizer_dir: count tokens with this tokenizer; ``None`` counts whitespace-separated words.
-        layout: ``auto``, ``slimpajama`` or ``redpajama_1t``.
+        layout: one of :data:`~d3ray.data.config.LAYOUTS`.
         domains: known domains (others are bad, ``unknown_domain``); ``None`` accepts any label.
         max_record_bytes: longer lines are bad (``oversized_record``).
+        text_key, domain_key: the text and domain fields (``data.text_key``, ``data.domain_key``).
     """
     paths = [str(paths)] if isinstance(paths, (str, Path)) else [str(p) for p in paths]
     backend = None
@@ -129,7 +132,7 @@ def inspect(
     for shard in list_shards(paths):
         report.shards[shard.name] = Counts()
         pending: list[Document] = []
-        for doc in iter_documents(shard, layout, domains, max_record_bytes):
+        for doc in iter_documents(shard, layout, domains, max_record_bytes, text_key=text_key, domain_key=domain_key):
             ledger.record(doc)
             domain = doc.domain or "(unknown)"
             report.domains[domain].records += 1

@@ -1,17 +1,21 @@
-"""SFT records: read and validate JSONL, render prompt and response text with the tokenizer's template.
+"""SFT records: read and validate them, render prompt and response text with the tokenizer's template.
 
-Two record shapes are accepted, one per line of a ``.jsonl[.zst|.gz]`` file:
+Records are the lines of ``.jsonl[.zst|.gz]`` files or the rows of ``.parquet`` / ``.arrow`` files (a
+saved Hugging Face dataset folder), in one of three layouts (``SftDataConfig.format``, field names
+remappable with ``columns`` and ``tags``: :mod:`d3ray.data.sft_formats`). d3ray's own:
 
     {"prompt": "3+5=", "response": "8", "task": "add1", "difficulty": 1}
     {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...], "task": "chat"}
 
-``task`` (the domain of the SFT stream: what mixers, curricula and per-task metrics key on)
-defaults to ``SftDataConfig.default_task``; ``difficulty`` is optional. For ``messages`` the last
-message is the response and must come from the assistant; the earlier ones are the prompt
-(earlier assistant turns are context and get no loss).
+Alpaca ``{"instruction", "input", "output", "system", "history"}`` and ShareGPT
+``{"conversations": [{"from": "human"|"gpt"|"system", "value"}], "system"}`` map onto the same
+conversation. ``task`` (the domain of the SFT stream: what mixers, curricula and per-task metrics key on)
+defaults to ``SftDataConfig.default_task``; ``difficulty`` is optional. The last message is the
+response and must come from the assistant; the earlier ones are the prompt (earlier assistant turns
+are context and get no loss).
 
-Every non-blank line becomes a good :class:`SftRecord` or a bad one whose ``bad_reason`` (one of
-:data:`SFT_BAD_REASONS`) and ``detail`` say what is wrong, with the file and 1-based line, to be
+Every non-blank line (every row) becomes a good :class:`SftRecord` or a bad one whose ``bad_reason`` (one of
+:data:`SFT_BAD_REASONS`) and ``detail`` say what is wrong, with the file and 1-based line (row), to be
 counted by :class:`~d3ray.data.records.BadRecordLedger` exactly like bad pre-training lines.
 
 Rendering (:func:`render_record`): with a tokenizer that has a chat template, the prompt is
@@ -33,6 +37,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from d3ray.data.config import DEFAULT_MAX_RECORD_BYTES
+from d3ray.data.sft_formats import (
+    SFT_FORMATS,
+    SftColumns,
+    SftFields,
+    SftTags,
+    record_messages,
+    resolve_fields,
+)
 from d3ray.data.shards import Shard, TruncatedStreamError, iter_shard_lines
 
 SFT_BAD_REASONS = (
@@ -41,7 +53,8 @@ SFT_BAD_REASONS = (
     "oversized_record",  # longer than max_record_bytes
     "truncated_zstd",  # the .zst stream ends inside a frame
     "truncated_gzip",  # the .gz stream ends early
-    "missing_prompt",  # neither "prompt" nor "messages"
+    "corrupt_columnar",  # a parquet/arrow file, row group or record batch pyarrow cannot read
+    "missing_prompt",  # neither "prompt" nor "messages" (the format's prompt / message list field)
     "non_string_prompt",  # "prompt" is not a string
     "empty_prompt",  # the prompt is empty or whitespace only
     "missing_response",  # "prompt" without "response"
@@ -50,7 +63,6 @@ SFT_BAD_REASONS = (
     "bad_messages",  # "messages" is not a list of {role, content} ending with the assistant
     "bad_task",  # "task" is not a non-empty string, or "difficulty" not an integer
 )
-ROLES = ("system", "user", "assistant")
 OVERLONG_RULES = ("truncate_prompt", "skip")
 BATCHING = ("pad", "pack")
 
@@ -60,7 +72,16 @@ class SftDataConfig:
     """How SFT records become training sequences."""
 
     paths: list[str] = field(default_factory=list)
-    """SFT JSONL files or folders of them (.jsonl, .jsonl.zst, .jsonl.gz)."""
+    """SFT files or folders of them (.jsonl, .jsonl.zst, .jsonl.gz, .parquet, .arrow; a saved Hugging Face
+    dataset folder)."""
+    format: str = "d3ray"
+    """Record layout: ``d3ray`` ({prompt, response} or {messages: [{role, content}]}), ``alpaca``
+    ({instruction, input, output, system, history}) or ``sharegpt`` ({conversations: [{from, value}], system})."""
+    columns: SftColumns = field(default_factory=SftColumns)
+    """Field names that differ from the format's (LLaMA-Factory ``columns``): ``--sft.columns.prompt=question``."""
+    tags: SftTags = field(default_factory=SftTags)
+    """Message keys and roles that differ from the format's (LLaMA-Factory ``tags``):
+    ``--sft.tags.role_tag=role --sft.tags.user_tag=user``."""
     seq_len: int = 128
     """T: tokens per sequence (prompt + response + EOS must fit, see ``overlong``)."""
     batching: str = "pad"
@@ -95,6 +116,13 @@ class SftDataConfig:
             raise ValueError(f"sft.max_bad_fraction must be in [0, 1], got {self.max_bad_fraction}")
         if self.tokenize_batch_size < 1:
             raise ValueError(f"sft.tokenize_batch_size must be >= 1, got {self.tokenize_batch_size}")
+        if self.format not in SFT_FORMATS:
+            raise ValueError(f"sft.format must be one of {list(SFT_FORMATS)}, got {self.format!r}")
+        self.fields()  # a column or tag the format does not have is an error naming it
+
+    def fields(self) -> SftFields:
+        """The record layout with its field names resolved (what the readers take)."""
+        return resolve_fields(self.format, self.columns, self.tags)
 
 
 @dataclass(frozen=True)
@@ -128,9 +156,21 @@ class SftRecord:
 
 
 def iter_sft_records(
-    shard: Shard, default_task: str = "sft", max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    shard: Shard, default_task: str = "sft", max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    fields: SftFields | None = None,
 ) -> Iterator[SftRecord]:
-    """One :class:`SftRecord` per non-blank line of ``shard``, good or bad, in file order."""
+    """One :class:`SftRecord` per non-blank line (per row) of ``shard``, good or bad, in file order.
+
+    Args:
+        shard: a JSONL or parquet/arrow file.
+        default_task: the task of a record without one.
+        max_record_bytes: a longer line is ``oversized_record``.
+        fields: the record layout (``SftDataConfig.fields()``); default d3ray's own.
+    """
+    fields = fields or SftFields()
+    if shard.columnar:
+        yield from _columnar_records(shard, default_task, fields)
+        return
     last_line = 0
     try:
         for line in iter_shard_lines(shard, max_record_bytes):
@@ -139,12 +179,25 @@ def iter_sft_records(
             if data is None:
                 yield _bad(shard.name, line_no, "oversized_record", f"longer than {max_record_bytes} bytes")
             elif data and not data.isspace():
-                yield parse_sft_line(data, shard.name, line_no, default_task)
+                yield parse_sft_line(data, shard.name, line_no, default_task, fields)
     except TruncatedStreamError as err:
         yield _bad(shard.name, last_line + 1, err.reason, err.detail)
 
 
-def parse_sft_line(data: bytes | str, shard: str, line_no: int, default_task: str = "sft") -> SftRecord:
+def _columnar_records(shard: Shard, default_task: str, fields: SftFields) -> Iterator[SftRecord]:
+    from d3ray.data.columnar import iter_column_batches
+
+    for batch in iter_column_batches(shard, None):
+        if batch.error or batch.table is None:
+            yield _bad(shard.name, batch.first_row + 1, "corrupt_columnar", batch.error)
+            continue
+        for i, row in enumerate(batch.table.to_pylist()):
+            present = {k: v for k, v in row.items() if v is not None}  # a table has every column: null = absent
+            yield parse_sft_object(present, shard.name, batch.first_row + i + 1, default_task, fields)
+
+
+def parse_sft_line(data: bytes | str, shard: str, line_no: int, default_task: str = "sft",
+                   fields: SftFields | None = None) -> SftRecord:
     """Parse and validate one JSONL line into a good or bad :class:`SftRecord`."""
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
@@ -156,55 +209,24 @@ def parse_sft_line(data: bytes | str, shard: str, line_no: int, default_task: st
         return _bad(shard, line_no, "malformed_json", str(err))
     if not isinstance(obj, dict):
         return _bad(shard, line_no, "malformed_json", f"a JSON {type(obj).__name__}, not an object")
-    task = obj.get("task", default_task)
+    return parse_sft_object(obj, shard, line_no, default_task, fields)
+
+
+def parse_sft_object(obj: dict[str, Any], shard: str, line_no: int, default_task: str = "sft",
+                     fields: SftFields | None = None) -> SftRecord:
+    """Validate one record (a parsed line or a row) into a good or bad :class:`SftRecord`."""
+    fields = fields or SftFields()
+    task_key, difficulty_key = fields.columns["task"], fields.columns["difficulty"]
+    task = obj.get(task_key, default_task)
     if not isinstance(task, str) or not task.strip():
-        return _bad(shard, line_no, "bad_task", f"field 'task' is {task!r}")
-    difficulty = obj.get("difficulty")
+        return _bad(shard, line_no, "bad_task", f"field {task_key!r} is {task!r}")
+    difficulty = obj.get(difficulty_key)
     if difficulty is not None and (not isinstance(difficulty, int) or isinstance(difficulty, bool)):
-        return _bad(shard, line_no, "bad_task", f"field 'difficulty' is {difficulty!r}, not an integer")
-    if "messages" in obj:
-        messages, problem = _validate_messages(obj["messages"])
-        if problem:
-            return _bad(shard, line_no, problem[0], problem[1], task)
-    else:
-        reason = _prompt_response_problem(obj)
-        if reason:
-            return _bad(shard, line_no, reason[0], reason[1], task)
-        messages = (("user", obj["prompt"]), ("assistant", obj["response"]))
+        return _bad(shard, line_no, "bad_task", f"field {difficulty_key!r} is {difficulty!r}, not an integer")
+    messages, problem = record_messages(obj, fields)
+    if problem:
+        return _bad(shard, line_no, problem[0], problem[1], task)
     return SftRecord(messages=messages, task=task, shard=shard, line=line_no, difficulty=difficulty)
-
-
-def _prompt_response_problem(obj: dict[str, Any]) -> tuple[str, str] | None:
-    if "prompt" not in obj:
-        return "missing_prompt", f"no field 'prompt' or 'messages'; keys: {sorted(obj)[:8]}"
-    if not isinstance(obj["prompt"], str):
-        return "non_string_prompt", f"field 'prompt' is a {type(obj['prompt']).__name__}"
-    if not obj["prompt"].strip():
-        return "empty_prompt", f"field 'prompt' is {obj['prompt'][:20]!r}"
-    if "response" not in obj:
-        return "missing_response", f"no field 'response'; keys: {sorted(obj)[:8]}"
-    if not isinstance(obj["response"], str):
-        return "non_string_response", f"field 'response' is a {type(obj['response']).__name__}"
-    if not obj["response"].strip():
-        return "empty_response", f"field 'response' is {obj['response'][:20]!r}"
-    return None
-
-
-def _validate_messages(raw: Any) -> tuple[tuple[tuple[str, str], ...], tuple[str, str] | None]:
-    if not isinstance(raw, list) or len(raw) < 2:
-        return (), ("bad_messages", "field 'messages' must be a list of at least 2 messages")
-    out = []
-    for i, m in enumerate(raw):
-        if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
-            return (), ("bad_messages", f"messages[{i}] must be {{role: {'|'.join(ROLES)}, content: string}}")
-        out.append((m["role"], m["content"]))
-    if out[-1][0] != "assistant":
-        return (), ("bad_messages", f"the last message is from {out[-1][0]!r}, not the assistant")
-    if not out[-1][1].strip():
-        return (), ("empty_response", "the last (assistant) message is empty")
-    if not any(content.strip() for _, content in out[:-1]):
-        return (), ("empty_prompt", "every message before the response is empty")
-    return tuple(out), None
 
 
 def _bad(shard: str, line_no: int, reason: str, detail: str, task: str = "") -> SftRecord:

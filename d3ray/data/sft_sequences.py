@@ -28,6 +28,7 @@ import numpy as np
 from d3ray.data.packing import PackedSequence, make_sample_id
 from d3ray.data.records import BadRecordLedger
 from d3ray.data.sft import SftDataConfig, SftRecord, iter_sft_records, render_record
+from d3ray.data.sft_formats import SftFields
 from d3ray.data.shards import list_shards
 
 logger = logging.getLogger(__name__)
@@ -186,8 +187,9 @@ def _good_record_batches(cfg: SftDataConfig, ledger: BadRecordLedger,
     if not cfg.paths:
         raise ValueError("sft.paths is empty: give SFT JSONL files or folders")
     batch: list[SftRecord] = []
+    fields = cfg.fields()
     for shard in list_shards(cfg.paths):
-        for record in iter_sft_records(shard, cfg.default_task, cfg.max_record_bytes):
+        for record in iter_sft_records(shard, cfg.default_task, cfg.max_record_bytes, fields):
             if record.is_bad:
                 ledger.record_bad(record.shard, record.line, record.bad_reason, record.detail)
             else:
@@ -209,22 +211,62 @@ def sft_task_counts(cfg: SftDataConfig) -> dict[str, int]:
     if not cfg.paths:
         raise ValueError("sft.paths is empty: give SFT JSONL files or folders")
     counts: dict[str, int] = {}
+    fields = cfg.fields()
     for shard in list_shards(cfg.paths):
-        for record in iter_sft_records(shard, cfg.default_task, cfg.max_record_bytes):
+        for record in iter_sft_records(shard, cfg.default_task, cfg.max_record_bytes, fields):
             if not record.is_bad:
                 counts[record.task] = counts.get(record.task, 0) + 1
     return dict(sorted(counts.items()))
 
 
-def read_sft_records(paths: Sequence[str], default_task: str = "sft") -> list[SftRecord]:
+def read_sft_records(paths: Sequence[str], default_task: str = "sft",
+                     fields: SftFields | None = None) -> list[SftRecord]:
     """Every good record of ``paths``, in order; the first bad one raises ``ValueError`` naming its
     file, line and field (for evaluation sets, where a skipped record would change the metric)."""
     out = []
     for shard in list_shards(list(paths)):
-        for record in iter_sft_records(shard, default_task):
+        for record in iter_sft_records(shard, default_task, fields=fields):
             if record.is_bad:
                 raise ValueError(f"{record.where}: {record.bad_reason}: {record.detail}")
             out.append(record)
     if not out:
         raise ValueError(f"no SFT records in {list(paths)}")
     return out
+
+
+def check_sft_sample(cfg: SftDataConfig, field: str = "sft.paths", per_file: int = 64, max_files: int = 8) -> None:
+    """Stop before any Ray work when the first records of a few SFT files hold no usable record.
+
+    Raises:
+        UserError: a path that matches nothing (naming ``field``), or no good record among the first
+            ``per_file`` of up to ``max_files`` files: the message names ``sft.format`` / ``sft.columns``
+            when the format's fields are missing, else the reasons and the first bad record.
+    """
+    from d3ray.errors import DataPathError, UserError
+
+    try:
+        shards = list_shards(list(cfg.paths))
+    except DataPathError as err:
+        raise DataPathError(f"{field}: {err}") from None
+    n_used = min(len(shards), max_files)
+    picked = [shards[(i * len(shards)) // n_used] for i in range(n_used)]
+    reasons: dict[str, int] = {}
+    first: SftRecord | None = None
+    fields = cfg.fields()
+    for shard in picked:
+        for n, record in enumerate(iter_sft_records(shard, cfg.default_task, cfg.max_record_bytes, fields)):
+            if not record.is_bad:
+                return
+            reasons[record.bad_reason] = reasons.get(record.bad_reason, 0) + 1
+            first = first or record
+            if n + 1 >= per_file:
+                break
+    if first is None:
+        raise UserError(f"{field}: the {n_used} files sampled hold no record (only blank lines); check the paths")
+    where = f"the first {sum(reasons.values())} records of {n_used} file(s) of {field}"
+    if set(reasons) == {"missing_prompt"}:
+        raise UserError(f"sft.format: none of {where} has the fields of sft.format={cfg.format} (first: {first.where}, "
+                        f"{first.detail}); set --sft.format (d3ray, alpaca, sharegpt) or --sft.columns.<field>=<key>")
+    raise UserError(f"{field}: none of {where} is usable (by reason {dict(sorted(reasons.items()))}; first "
+                    f"{first.where}: {first.bad_reason}, {first.detail}); fix the records, or check sft.format / "
+                    f"sft.columns / sft.tags")

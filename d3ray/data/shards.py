@@ -1,9 +1,11 @@
 """Find corpus shards and stream their lines, from any filesystem fsspec opens.
 
-A shard is one ``.jsonl``, ``.jsonl.zst`` or ``.jsonl.gz`` file. :func:`list_shards` expands
+A shard is one ``.jsonl``, ``.jsonl.zst`` or ``.jsonl.gz`` file, or one columnar file: ``.parquet``,
+or ``.arrow`` (the Arrow IPC stream files of a ``datasets.Dataset.save_to_disk`` folder; read by
+:mod:`d3ray.data.columnar`). :func:`list_shards` expands
 folders, globs and URIs (local paths, ``file://``, ``memory://``, ``s3://``, ``gs://``, ``hf://``
 with the matching fsspec backend installed) into a deterministic, sorted list. :func:`iter_shard_lines`
-streams one shard's lines as bytes in bounded memory: decompression is incremental, and a line
+streams one JSONL shard's lines as bytes in bounded memory: decompression is incremental, and a line
 longer than a limit is skipped rather than held.
 
 Compressed streams are decoded by hand (``zstandard.ZstdDecompressor.decompressobj``, ``zlib``),
@@ -31,7 +33,10 @@ from d3ray.errors import DataPathError
 
 logger = logging.getLogger(__name__)
 
-SHARD_SUFFIXES = (".jsonl", ".jsonl.zst", ".jsonl.gz")
+JSONL_SUFFIXES = (".jsonl", ".jsonl.zst", ".jsonl.gz")
+COLUMNAR_SUFFIXES = (".parquet", ".arrow")
+SHARD_SUFFIXES = (*JSONL_SUFFIXES, *COLUMNAR_SUFFIXES)
+HF_DATASET_DICT_FILE = "dataset_dict.json"  # the root of a saved DatasetDict: one folder per split
 _READ_BYTES = 1 << 20  # compressed bytes per read call
 _ZSTD_MAX_WINDOW = 1 << 31
 
@@ -49,6 +54,20 @@ class Shard:
     uri: str
     name: str
     folder: str
+
+    @property
+    def columnar(self) -> bool:
+        """Whether the shard is a parquet or Arrow IPC file (rows, not lines)."""
+        return self.uri.endswith(COLUMNAR_SUFFIXES)
+
+    @property
+    def stem(self) -> str:
+        """The file name without its shard suffix (``web.jsonl.zst`` → ``web``): the domain in layout ``file``."""
+        base = posixpath.basename(self.uri)
+        for suffix in SHARD_SUFFIXES:
+            if base.endswith(suffix):
+                return base[: -len(suffix)]
+        return base
 
     def to_dict(self) -> dict[str, str]:
         return asdict(self)
@@ -114,6 +133,10 @@ def _list_one(path: str) -> list[Shard]:
         found = [p for p in found if fs.isfile(p)]
     elif fs.isdir(root):
         base = root.rstrip("/")
+        if fs.isfile(posixpath.join(base, HF_DATASET_DICT_FILE)):
+            splits = sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(base, detail=False) if fs.isdir(p))
+            raise DataPathError(f"{path!r} is a saved Hugging Face DatasetDict (splits {splits}); give the "
+                                f"split to read, e.g. {posixpath.join(path, splits[0] if splits else 'train')!r}")
         found = fs.find(root)
     elif fs.isfile(root):
         base = posixpath.dirname(root)
@@ -147,6 +170,11 @@ class ShardPosition:
     for a plain file, at most one frame for ``.zst`` (SlimPajama's shards are one frame each, so up
     to the whole shard is decompressed again, but never parsed or tokenized), at most one member
     for ``.gz`` (a plain ``gzip`` file is one member).
+
+    In a columnar shard (parquet, arrow) a record is a row: ``line`` is its 1-based row number,
+    ``offset`` its 0-based row index, ``frame_offset`` the index of the parquet row group (Arrow record
+    batch) holding it and ``frame_start`` that group's first row index; resuming opens that group and
+    skips ``offset - frame_start`` rows of it.
     """
 
     line: int = 1
@@ -192,6 +220,8 @@ def iter_shard_lines(
             frame or a compressed stream is corrupt. The partial line before the cut is not yielded;
             the error's ``position`` says where it started.
     """
+    if shard.columnar:
+        raise ValueError(f"{shard.name} is a columnar shard: read its rows with d3ray.data.columnar, not lines")
     start = start or ShardPosition()
     with fsspec.open(shard.uri, "rb") as raw:
         if start.frame_offset:

@@ -72,6 +72,8 @@ class CorpusSource:
                  ledger: BadRecordLedger | None = None) -> None:
         if not shards:
             raise ValueError("no shards to read")
+        if not cfg.domains:
+            raise ValueError("data.domains=[] is resolved from the corpus first (d3ray.data.corpus.resolve_corpus)")
         self.shards = list(shards)
         self.cfg = cfg
         self.tokenizer_dir = str(tokenizer_dir)

@@ -4,9 +4,9 @@ A run either trains a byte-level BPE (GPT-2 style: 256 byte symbols, so no unkno
 the ``tokenizers`` library on a deterministic sample of its training documents, or loads a local
 Hugging Face tokenizer directory. The trained tokenizer is saved as a ``PreTrainedTokenizerFast``
 directory (``tokenizer.json`` + ``tokenizer_config.json``) inside the run directory, next to
-``d3ray_tokenizer.json``, the record of what it was trained from (data paths, layout, domains,
-vocabulary size, ...). A resumed run reuses it instead of training again, so token ids never change
-under a checkpoint; a rerun whose config would train a different tokenizer stops and says which
+``d3ray_tokenizer.json``, the record of what it was trained from (data paths, layout, text and
+domain keys, domains, vocabulary size, ...). A resumed run reuses it instead of training again, so
+token ids never change under a checkpoint; a rerun whose config would train a different tokenizer stops and says which
 fields changed instead of reusing it silently. A tokenizer is never trained on zero texts.
 
 A user's tokenizer directory (``data.tokenizer.path``) is only ever read: loaded, or refused with one
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from d3ray.data.config import DataConfig, TokenizerConfig
+from d3ray.data.config import DEFAULT_DOMAIN_KEY, DEFAULT_TEXT_KEY, DataConfig, TokenizerConfig
 from d3ray.data.records import iter_documents
 from d3ray.data.shards import Shard
 from d3ray.errors import DataPathError, UserError
@@ -66,7 +66,8 @@ def sample_training_texts(shards: Sequence[Shard], cfg: DataConfig) -> Iterator[
     emitted = 0
     for shard in picked:
         taken = 0
-        for doc in iter_documents(shard, cfg.layout, cfg.domains, cfg.max_record_bytes):
+        for doc in iter_documents(shard, cfg.layout, cfg.domains, cfg.max_record_bytes, text_key=cfg.text_key,
+                                  domain_key=cfg.domain_key):
             if doc.is_bad:
                 continue
             yield doc.text[: tcfg.train_chars_per_doc]
@@ -219,11 +220,19 @@ def ensure_tokenizer(cfg: DataConfig, shards: Sequence[Shard], run_dir: str | Pa
     (resumed) run whose data and tokenizer config are the ones it was trained from."""
     if cfg.tokenizer.path is not None:
         return check_user_tokenizer(cfg.tokenizer.path)
+    from d3ray.data.corpus import resolve_domains
+
     run_dir = Path(run_dir)
+    cfg = resolve_domains(cfg, shards)  # data.domains=[]: as the run resolves them (a no-op when it did)
     paths = list(cfg.train_paths) or sorted({s.uri for s in shards})
     trained_from = {"data.train_paths": [_relative_to(p, run_dir) for p in paths],
                     "data.layout": cfg.layout, "data.domains": list(cfg.domains),
                     **_tokenizer_fields(cfg.tokenizer)}
+    # The record fields, when not the defaults (a record without them was trained with the defaults).
+    for key, value, default in (("data.text_key", cfg.text_key, DEFAULT_TEXT_KEY),
+                                ("data.domain_key", cfg.domain_key, DEFAULT_DOMAIN_KEY)):
+        if value != default:
+            trained_from[key] = value
     return ensure_run_tokenizer(run_dir, trained_from, lambda: train_tokenizer(shards, cfg, run_dir / TOKENIZER_SUBDIR,
                                                                                trained_from))
 
@@ -253,11 +262,17 @@ def ensure_run_tokenizer(run_dir: str | Path, trained_from: dict[str, Any], trai
     return out
 
 
-def sft_tokenizer_source(paths: Sequence[str], default_task: str, tcfg: TokenizerConfig, run_dir: str | Path
-                         ) -> dict[str, Any]:
-    """What an SFT run's tokenizer is trained from (the record :func:`ensure_run_tokenizer` compares)."""
-    return {"sft.paths": [_relative_to(p, Path(run_dir)) for p in paths], "sft.default_task": default_task,
-            **_tokenizer_fields(tcfg)}
+def sft_tokenizer_source(paths: Sequence[str], default_task: str, tcfg: TokenizerConfig, run_dir: str | Path,
+                         layout: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What an SFT run's tokenizer is trained from (the record :func:`ensure_run_tokenizer` compares);
+    ``layout`` (``SftFields.describe()``) is recorded when it is not d3ray's own default."""
+    from d3ray.data.sft_formats import SftFields
+
+    record = {"sft.paths": [_relative_to(p, Path(run_dir)) for p in paths], "sft.default_task": default_task,
+              **_tokenizer_fields(tcfg)}
+    if layout is not None and layout != SftFields().describe():
+        record["sft.format"] = layout
+    return record
 
 
 def _tokenizer_fields(tcfg: TokenizerConfig) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from d3ray.data.records import BadRecordLedger, iter_documents
-from d3ray.data.shards import SHARD_SUFFIXES, Shard, TruncatedStreamError, iter_shard_lines, list_shards
+from d3ray.data.shards import JSONL_SUFFIXES, Shard, TruncatedStreamError, iter_shard_lines, list_shards
 from d3ray.errors import UserError
 
 KINDS = ("ppl", "domains", "cloze", "choice", "sft")
@@ -72,7 +72,7 @@ def parse_task_specs(spec: str | list[str]) -> list[EvalTask]:
 
 def _stem(path: str) -> str:
     name = Path(path.rstrip("/")).name
-    for suffix in (*SHARD_SUFFIXES, ".raw", ".txt"):
+    for suffix in (*JSONL_SUFFIXES, ".raw", ".txt"):
         if name.endswith(suffix) and len(name) > len(suffix):
             return name[: -len(suffix)]
     return name
@@ -94,8 +94,8 @@ def read_text_document(path: str) -> str:
 
 def iter_jsonl_objects(path: str, kind: str) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line, object)`` for each non-blank line of one JSONL file (``.jsonl``, ``.zst``, ``.gz``)."""
-    if not path.endswith(SHARD_SUFFIXES):
-        raise EvalInputError(f"{path}: kind {kind} wants a JSONL file ({', '.join(SHARD_SUFFIXES)})")
+    if not path.endswith(JSONL_SUFFIXES):
+        raise EvalInputError(f"{path}: kind {kind} wants a JSONL file ({', '.join(JSONL_SUFFIXES)})")
     if not Path(path).is_file():
         raise EvalInputError(f"{path}: no such file")
     shard = Shard(uri=path, name=path, folder=Path(path).parent.name)

@@ -16,12 +16,12 @@ FINETUNE_DEFAULTS = [
 
 #: The config sections ``--help`` lists (kept equal to RunConfig's sections by a test).
 CONFIG_SECTIONS = {
-    "data": "corpus paths, layout, domains, sequence length, tokenizer, bad-record limits",
+    "data": "corpus paths, layout, text/domain keys, domains, sequence length, tokenizer, bad-record limits",
     "model": "architecture preset, pretrained_path, overrides, LoRA, attention kernel",
     "train": "steps, batch sizes, workers, GPUs, ZeRO stage, optimizer, eval and checkpoint cadence",
     "eval": "held-out sequences per domain, out-of-domain files, SFT sets, lm-eval tasks",
     "schedule": "the data scheduler: type (d3, random, curriculum, odm, ...) and its knobs",
-    "sft": "fine-tuning records (paths, seq_len, batching); d3ray finetune sets it",
+    "sft": "fine-tuning records (paths, format: d3ray/alpaca/sharegpt, columns, seq_len, batching); finetune sets it",
     "ray": "cluster address, local CPUs, Ray Train poll interval",
 }
 CONFIG_SECTIONS_HELP = (

@@ -50,9 +50,8 @@ def prepare_data(cfg: RunConfig) -> PreparedData:
     """Resolve the training data (generating it if none is configured) and the tokenizer."""
     if cfg.sft is not None:
         return _prepare_sft(cfg)
-    from d3ray.data.records import check_records_sample
+    from d3ray.data.corpus import resolve_corpus
     from d3ray.data.sample import write_sample_corpus
-    from d3ray.data.shards import list_shards
     from d3ray.data.tokenizer import ensure_tokenizer, load_tokenizer
 
     data = model_tokenizer(cfg)
@@ -66,21 +65,18 @@ def prepare_data(cfg: RunConfig) -> PreparedData:
             train_paths=[str(sample_dir / "train")],
             validation_paths=list(data.validation_paths) or [str(sample_dir / "validation")],
         )
-    train_shards = list_shards(data.train_paths)
-    validation_shards = list_shards(data.validation_paths) if data.validation_paths else []
-    check_records_sample(train_shards, data, "data.train_paths")  # before a tokenizer is trained on them
-    check_model_vocab(cfg, len(tokenizer))
-    if validation_shards:
-        check_records_sample(validation_shards, data, "data.validation_paths")
+    # shards listed, data.domains resolved, a sample of records checked: before a tokenizer is trained on them
+    data, train_shards, validation_shards = resolve_corpus(data)
     tokenizer_dir = Path(ensure_tokenizer(data, train_shards, cfg.run_dir))
     tokenizer = load_tokenizer(tokenizer_dir)
+    check_model_vocab(cfg, len(tokenizer))
     return PreparedData(data, train_shards, validation_shards, tokenizer_dir, len(tokenizer),
                         tokenizer.eos_token_id, eval_tasks=cfg.eval.tasks)
 
 
 def _prepare_sft(cfg: RunConfig) -> PreparedData:
     """SFT: the records (or the generated skill suite), and a tokenizer trained on their text."""
-    from d3ray.data.sft_sequences import read_sft_records
+    from d3ray.data.sft_sequences import check_sft_sample, read_sft_records
     from d3ray.data.skills import write_sft_suite
     from d3ray.data.tokenizer import (
         TOKENIZER_SUBDIR,
@@ -105,6 +101,7 @@ def _prepare_sft(cfg: RunConfig) -> PreparedData:
             write_sft_suite(suite, seed=cfg.seed)
         sft = dataclasses.replace(sft, paths=[str(suite / "train")])
         eval_paths = eval_paths or [str(suite / "test")]
+    check_sft_sample(sft)  # a path or a layout (sft.format, sft.columns) the records do not fit: one line now
     if user_tokenizer is not None:
         tokenizer_dir = user_tokenizer
     else:
@@ -112,17 +109,21 @@ def _prepare_sft(cfg: RunConfig) -> PreparedData:
 
         def train() -> Path:
             try:
-                records = read_sft_records(sft.paths, sft.default_task)
+                records = read_sft_records(sft.paths, sft.default_task, sft.fields())
             except ValueError as err:  # a bad or missing record: the user's data, one line
                 raise UserError(f"sft.paths: {err}; fix the records (the tokenizer is trained on them)") from err
             texts = ["\n".join(text for _, text in r.messages) for r in records]
             return train_tokenizer_from_texts(texts, tcfg, cfg.run_dir / TOKENIZER_SUBDIR, trained_from)
-    check_model_vocab(cfg, len(tokenizer))
 
-        trained_from = sft_tokenizer_source(sft.paths, sft.default_task, tcfg, cfg.run_dir)
+        trained_from = sft_tokenizer_source(sft.paths, sft.default_task, tcfg, cfg.run_dir, sft.fields().describe())
         tokenizer_dir = ensure_run_tokenizer(cfg.run_dir, trained_from, train)
     tokenizer = load_tokenizer(tokenizer_dir)
+    check_model_vocab(cfg, len(tokenizer))
     tasks = cfg.eval.tasks.replace("{suite}", str(suite))
+    return PreparedData(cfg.data, [], [], tokenizer_dir, len(tokenizer), tokenizer.eos_token_id, sft=sft,
+                        sft_eval_paths=eval_paths, eval_tasks=tasks)
+
+
 def model_tokenizer(cfg: RunConfig) -> DataConfig:
     """``cfg.data`` with the tokenizer a pretrained model brings: with ``model.pretrained_path`` set and
     ``data.tokenizer.path`` unset, the tokenizer files of the model directory (read only; a directory
@@ -157,10 +158,6 @@ def check_model_vocab(cfg: RunConfig, tokenizer_size: int) -> None:
     path = cfg.data.tokenizer.path or cfg.model.pretrained_path
     field = "data.tokenizer.path" if cfg.data.tokenizer.path else "model.pretrained_path (its tokenizer)"
     check_tokenizer_fits(config, tokenizer_size, cfg.model, field, path)
-
-
-    return PreparedData(cfg.data, [], [], tokenizer_dir, len(tokenizer), tokenizer.eos_token_id, sft=sft,
-                        sft_eval_paths=eval_paths, eval_tasks=tasks)
 
 
 def load_eval_sets(cfg: RunConfig, prepared: PreparedData) -> dict[str, Any]:
@@ -213,7 +210,7 @@ def sft_eval_sets(sft: SftDataConfig, paths: list[str], tokenizer: Any, per_task
     wanted = {s.sample_id for rows in by_task.values() for s in rows}
     texts = {}  # sample id → (prompt, reference) of the records kept above (one record per row: ``pad``)
     for shard in list_shards(held_out.paths):
-        for record in iter_sft_records(shard, held_out.default_task, held_out.max_record_bytes):
+        for record in iter_sft_records(shard, held_out.default_task, held_out.max_record_bytes, held_out.fields()):
             sample_id = make_sample_id(record.shard, record.line, 0)
             if not record.is_bad and sample_id in wanted:
                 texts[sample_id] = (record.prompt, record.response)

@@ -182,3 +182,46 @@ def test_mixed_stream_per_domain_lanes_exactly_once_and_resume(ray_local, corpus
                                cursor=cursor, shared_span_blocks=1), len(chunks) - k)
     assert [[b.sample_ids for b in c.batches] for c in resumed] == [[b.sample_ids for b in c.batches]
                                                                      for c in chunks[k:]]
+
+
+def test_columnar_corpus_with_its_own_keys_streams_as_the_reference_and_resumes_at_a_row(ray_local, tmp_path):
+    """Parquet (row groups of 25) and a saved Hugging Face dataset (two Arrow files), the text and the domain
+    under other names: the Ray stream equals the one-document-at-a-time reference, a null text is one
+    counted bad row, and a cursor inside a row group resumes to the same chunks without the rows before it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    datasets = pytest.importorskip("datasets")
+    rows = [json.loads(record(i, DOMAINS[2 if i % 20 == 7 else i % 2])) for i in range(300)]
+    content = [r["text"] for r in rows]
+    source = [r["meta"]["redpajama_set_name"] for r in rows]
+    content[17] = None
+    root = tmp_path / "train"
+    root.mkdir()
+    pq.write_table(pa.table({"content": content[:180], "source": source[:180]}), root / "a.parquet",
+                   row_group_size=25)
+    datasets.Dataset.from_dict({"content": content[180:], "source": source[180:]}).save_to_disk(
+        str(root / "b"), num_shards=2)
+    cfg = DataConfig(seq_len=16, domains=DOMAINS, layout="slimpajama", text_key="content", domain_key="source",
+                     tokenize_batch_size=16, min_records_before_check=10_000,
+                     tokenizer=TokenizerConfig(vocab_size=300, train_docs=100))
+    shards = list_shards(str(root))
+    assert [s.name for s in shards] == ["train/a.parquet", "train/b/data-00000-of-00002.arrow",
+                                        "train/b/data-00001-of-00002.arrow"]
+    tok = str(train_tokenizer(shards, cfg, tmp_path / "tokenizer"))
+    B, L, buffer, seed = 4, 3, 5, 3
+    expected = reference_chunks(shards, cfg, tok, B, L, buffer, seed, epochs=1)
+    source_ = CorpusSource(shards, cfg, tok)
+    got = take(ChunkStream(source_, B, L, buffer, seed), len(expected))
+    assert [[b.sample_ids for b in c.batches] for c in got] == [[b.sample_ids for b in c] for c in expected]
+    assert source_.ledger.bad_by_reason() == {"non_string_text": 1}
+    assert source_.ledger.first_lines[("train/a.parquet", "non_string_text")] == [18]
+    k = next(k for k, c in enumerate(got) if c.cursor["lane"]["reader"]["position"][2] >= 2)  # row group >= 2
+    cursor = json.loads(json.dumps(got[k].cursor))
+    stream = ChunkStream(CorpusSource(shards, cfg, tok), B, L, buffer, seed, cursor=cursor)
+    resumed = take(stream, len(got) - k + 1)  # to the first chunk of epoch 1
+    assert [[b.sample_ids for b in c.batches] for c in resumed[:-1]] == [[b.sample_ids for b in c.batches]
+                                                                          for c in got[k:]]
+    reader = cursor["lane"]["reader"]
+    rows_before = [0, 180, 240][reader["shard"]] + reader["position"][0] - 1
+    assert rows_before > 50 and stream.lanes[None].records_read[0] == 300 - rows_before  # none before the cursor

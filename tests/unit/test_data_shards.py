@@ -61,7 +61,7 @@ def test_list_shards_nothing_matched_raises_naming_the_path(corpus, tmp_path):
     with pytest.raises(FileNotFoundError, match="no such file or folder"):
         list_shards(str(tmp_path / "missing"))
     (tmp_path / "empty").mkdir()
-    (tmp_path / "empty" / "x.parquet").write_text("")
+    (tmp_path / "empty" / "x.csv").write_text("")
     with pytest.raises(FileNotFoundError, match=r"matches no shard file .* 1 other file"):
         list_shards(str(tmp_path / "empty"))
     with pytest.raises(FileNotFoundError, match="matches no shard file"):

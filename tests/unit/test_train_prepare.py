@@ -77,12 +77,23 @@ def test_prepare_plain_corpus_with_its_domain_configured_trains_and_records_the_
 
 
 def test_prepare_corpus_of_unusable_records_names_the_reason_and_the_first_line(tmp_path):
+    write_jsonl(tmp_path / "mydata" / "arxiv" / "a.jsonl", [{"text": "  "}] * 5)
+    cfg = RunConfig(output_dir=str(tmp_path / "runs"),
+                    data=DataConfig(train_paths=[str(tmp_path / "mydata")], tokenizer=TokenizerConfig(vocab_size=300)))
+    with pytest.raises(UserError, match=r"^data\.train_paths: none of the first 5 records .*empty_text.* line 1"):
+        prepare_data(cfg)
+    assert not (cfg.run_dir / "tokenizer").exists()
+
+
+def test_prepare_corpus_without_the_text_field_names_data_text_key_the_file_and_its_keys(tmp_path):
     write_jsonl(tmp_path / "mydata" / "arxiv" / "a.jsonl", [{"body": "no text key"}] * 5)
     cfg = RunConfig(output_dir=str(tmp_path / "runs"),
                     data=DataConfig(train_paths=[str(tmp_path / "mydata")], tokenizer=TokenizerConfig(vocab_size=300)))
-    with pytest.raises(UserError, match=r"^data\.train_paths: none of the first 5 records .*missing_text.* line 1"):
+    with pytest.raises(UserError, match=r"^data\.text_key: none of the first 5 records .* has the field 'text' "
+                                        r"\(first: mydata/arxiv/a\.jsonl line 1, .*keys: \['body'\]\); set "
+                                        r"--data\.text_key=") as info:
         prepare_data(cfg)
-    assert not (cfg.run_dir / "tokenizer").exists()
+    assert "\n" not in str(info.value) and not (cfg.run_dir / "tokenizer").exists()
 
 
 def test_prepare_sft_tokenizer_path_refused_before_the_suite_is_generated(tmp_path):

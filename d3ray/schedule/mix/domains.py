@@ -31,7 +31,8 @@ def probe_domains(shards: Sequence[Any], data: Any, max_records: int = 50_000) -
     counts: Counter = Counter()
     seen = 0
     for shard in shards:
-        for doc in iter_documents(shard, data.layout, data.domains, data.max_record_bytes):
+        for doc in iter_documents(shard, data.layout, data.domains, data.max_record_bytes, text_key=data.text_key,
+                                  domain_key=data.domain_key):
             seen += 1
             if not doc.is_bad:
                 counts[doc.domain] += 1
