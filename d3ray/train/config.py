@@ -67,14 +67,6 @@ class TrainConfig:
     """Checkpoints kept by Ray Train."""
     max_failures: int = 0
     """Ray Train FailureConfig.max_failures: worker-group restarts from the latest checkpoint."""
-    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
-    """Trackers that receive every metrics row besides ``metrics.jsonl``: ``tensorboard`` (``tb/``),
-    ``wandb`` (``d3ray[wandb]``), ``mlflow`` (``d3ray[mlflow]``), through Ray's ``setup_wandb`` /
-    ``setup_mlflow``; configured by their own env vars (``WANDB_MODE``, ``MLFLOW_TRACKING_URI``...).
-    ``[]``: the run directory's files only."""
-
-    def __post_init__(self) -> None:
-        per_step = self.num_workers * self.micro_batch_size
     activation_checkpointing: bool = False
     """Recompute each transformer block's activations in the backward instead of keeping them
     (transformers' activation checkpointing, non-reentrant): less activation memory for about
@@ -84,6 +76,14 @@ class TrainConfig:
     ``{zero_optimization: {offload_optimizer: {device: cpu}, offload_param: {device: cpu}}}``. A key that
     a typed field sets (ZeRO stage, batch sizes, optimizer lr / betas / weight decay, precision, clipping,
     the LR schedule) is refused unless it equals the typed value or is ``auto``; set the ``train.`` field."""
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
+    """Trackers that receive every metrics row besides ``metrics.jsonl``: ``tensorboard`` (``tb/``),
+    ``wandb`` (``d3ray[wandb]``), ``mlflow`` (``d3ray[mlflow]``), through Ray's ``setup_wandb`` /
+    ``setup_mlflow``; configured by their own env vars (``WANDB_MODE``, ``MLFLOW_TRACKING_URI``...).
+    ``[]``: the run directory's files only."""
+
+    def __post_init__(self) -> None:
+        per_step = self.num_workers * self.micro_batch_size
         if self.precision not in ("auto", "bf16", "fp32"):
             raise ValueError(f"train.precision={self.precision!r} must be auto, bf16 or fp32")
         if self.steps < 1:
@@ -116,6 +116,10 @@ class TrainConfig:
             raise ValueError(f"train.checkpoint_every_chunks={self.checkpoint_every_chunks} must be >= 1")
         if self.checkpoint_every_sec < 0:
             raise ValueError(f"train.checkpoint_every_sec={self.checkpoint_every_sec} must be >= 0 (0 = off)")
+        if self.deepspeed:
+            from d3ray.train.deepspeed_config import deepspeed_config
+
+            deepspeed_config(self)  # a key that conflicts with a typed field: one line, at load
         unknown = [name for name in self.report_to if name not in ("tensorboard", "wandb", "mlflow")]
         if unknown or len(set(self.report_to)) != len(self.report_to):
             raise ValueError(f"train.report_to={list(self.report_to)}: each of tensorboard, wandb, mlflow at most "
@@ -126,10 +130,6 @@ class TrainConfig:
         return self.global_batch_size // (self.num_workers * self.micro_batch_size)
 
     @property
-        if self.deepspeed:
-            from d3ray.train.deepspeed_config import deepspeed_config
-
-            deepspeed_config(self)  # a key that conflicts with a typed field: one line, at load
     def use_gpu(self) -> bool:
         return self.gpus_per_worker > 0
 
