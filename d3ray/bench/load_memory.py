@@ -8,8 +8,10 @@
 each for a random init (``from_config``) and for a pretrained directory (``from_pretrained`` of the same
 model, saved first). Every (source, mode) runs in fresh rank processes (a peak only grows), started with
 ``torch.multiprocessing`` (spawn; gloo, ``DS_ACCELERATOR=cpu``, fp32, one thread each), the trainers'
-DeepSpeed config (``deepspeed_config`` of a ZeRO-3 ``TrainConfig``). Reported per rank, in MiB of
-``ru_maxrss``: after the imports, the peak after the build, the peak after ``deepspeed.initialize``.
+DeepSpeed config (``deepspeed_config`` of a ZeRO-3 ``TrainConfig``). Reported per rank, in MiB: the
+resident set after the imports (torch, transformers, DeepSpeed, the process group), then the peak
+resident set (``VmHWM``, restarted after the imports) after the build and after ``deepspeed.initialize``,
+and the resident set held after it.
 
     partitioned_over_whole = partitioned peak ÷ whole peak, per rank (after deepspeed.initialize)
 """
@@ -19,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import socket
 import tempfile
 import time
@@ -39,9 +40,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sources", default=",".join(SOURCES), help="random,pretrained (default both)")
 
 
-def peak_mib() -> float:
-    """This process's peak resident set so far (Linux ``ru_maxrss`` is in KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def rss_mib(field: str = "VmHWM") -> float:
+    """This process's peak (``VmHWM``) or current (``VmRSS``) resident set, from ``/proc/self/status``.
+    Not ``ru_maxrss``: a spawned process inherits in it the peak of the parent it was forked from."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def reset_peak() -> None:
+    """Start the peak (``VmHWM``) over from the current resident set (Linux ``clear_refs`` 5)."""
+    Path("/proc/self/clear_refs").write_text("5")
 
 
 def _rank(rank: int, world: int, port: int, mode: str, pretrained: str | None, preset: str, vocab: int,
@@ -57,7 +67,8 @@ def _rank(rank: int, world: int, port: int, mode: str, pretrained: str | None, p
 
     torch.set_num_threads(1)
     deepspeed.init_distributed(dist_backend="gloo")
-    imported = peak_mib()
+    imported = rss_mib("VmRSS")
+    reset_peak()  # the imports' own transient peak is not the load's
     cfg = ModelConfig(preset=preset, pretrained_path=pretrained)
     config = model_config_dict(cfg, vocab, seq_len, 0)
     ds = deepspeed_config(TrainConfig(zero_stage=3, num_workers=world, global_batch_size=world, micro_batch_size=1,
@@ -65,13 +76,13 @@ def _rank(rank: int, world: int, port: int, mode: str, pretrained: str | None, p
     torch.manual_seed(0)
     start = time.perf_counter()
     model = build_model(config, cfg, ds if mode == "partitioned" else None)
-    built, build_s = peak_mib(), time.perf_counter() - start
+    built, build_s = rss_mib(), time.perf_counter() - start
     engine, *_ = deepspeed.initialize(model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
                                       config=ds)
     values = sum(p.ds_numel for p in engine.module.parameters())
     results.put({"rank": rank, "imports_mib": round(imported, 1), "after_build_mib": round(built, 1),
-                 "after_initialize_mib": round(peak_mib(), 1), "build_s": round(build_s, 2), "parameters": values,
-                 "total_s": round(time.perf_counter() - start, 2)})
+                 "after_initialize_mib": round(rss_mib(), 1), "held_after_initialize_mib": round(rss_mib("VmRSS"), 1),
+                 "build_s": round(build_s, 2), "parameters": values, "total_s": round(time.perf_counter() - start, 2)})
 
 
 def measure(mode: str, pretrained: str | None, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -115,8 +126,9 @@ def run(args: argparse.Namespace) -> int:
                 rows = measure(mode, pretrained if source == "pretrained" else None, args)
                 report["loads"][f"{source}/{mode}"] = rows
                 print(f"{source:10s} {mode:11s} " + " | ".join(
-                    f"rank {r['rank']}: imports {r['imports_mib']:.0f} MiB, build {r['after_build_mib']:.0f}, "
-                    f"initialize {r['after_initialize_mib']:.0f}" for r in rows), flush=True)
+                    f"rank {r['rank']}: imports {r['imports_mib']:.0f} MiB, peak: build {r['after_build_mib']:.0f}, "
+                    f"initialize {r['after_initialize_mib']:.0f}, held {r['held_after_initialize_mib']:.0f}"
+                    for r in rows), flush=True)
             whole, part = report["loads"][f"{source}/whole"], report["loads"][f"{source}/partitioned"]
             report[f"{source}_partitioned_over_whole"] = [
                 round(p["after_initialize_mib"] / w["after_initialize_mib"], 3) for w, p in zip(whole, part, strict=True)]
