@@ -32,7 +32,7 @@ pytest.importorskip("s3fs", reason="s3fs is not installed (pip install -e '.[clo
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.own_ray]
 
 BUCKET = "d3ray-test"
-STEPS = 8  # 2 chunks of L=4 steps; a checkpoint after each chunk
+STEPS = 16  # 2 chunks of L=8 steps; a checkpoint after each chunk
 
 
 @pytest.fixture
@@ -54,7 +54,9 @@ def s3_server(monkeypatch, tmp_path):
                        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
                        "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
                        "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
-                       "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials")}.items():
+                       "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
+                       # Ray Train's controller (started by the Ray instance below) polls the workers this often
+                       "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.05"}.items():
         monkeypatch.setenv(key, value)
     try:
         yield port
@@ -80,7 +82,7 @@ def test_cloud_storage_s3_data_and_checkpoints_kill_resume_trains_each_sample_on
     from d3ray.train.run import run_pretrain
 
     boto3.client("s3").create_bucket(Bucket=BUCKET)
-    data_dir, tokenizer = make_corpus(tmp_path / "corpus", seed=3, train_docs=200, validation_docs=30,
+    data_dir, tokenizer = make_corpus(tmp_path / "corpus", seed=3, train_docs=300, validation_docs=30,
                                       train_shards=2)
     s3 = fsspec.filesystem("s3")
     s3.put(str(data_dir) + "/", f"{BUCKET}/corpus/", recursive=True)
@@ -93,20 +95,23 @@ def test_cloud_storage_s3_data_and_checkpoints_kill_resume_trains_each_sample_on
         f"--data.tokenizer.path={tokenizer}", "--data.seq_len=64",
         f"--train.steps={STEPS}", "--train.global_batch_size=8", "--train.micro_batch_size=8",
         "--train.num_workers=1", "--train.warmup_steps=2", "--train.eval_every=0", "--train.log_every=4",
-        "--train.checkpoint_every_chunks=1", "--schedule.type=random", "--schedule.L=4",
+        "--train.checkpoint_every_chunks=1", "--schedule.type=random", "--schedule.L=8",
+        # the controller collects a report (and so registers its checkpoint) at its next poll: poll often,
+        # so that the kill 7 steps after the checkpoint comes well after it is registered
+        "--ray.health_check_interval_s=0.05",
         "--eval.max_sequences_per_domain=2",
     ]
     cfg = load_config(RunConfig, None, [*args, "--train.max_failures=0"])
-    write_plan(cfg.run_dir, FaultPlan(trainer_exit_at_step=7))  # killed in chunk 1, after chunk 0's checkpoint
+    write_plan(cfg.run_dir, FaultPlan(trainer_exit_at_step=15))  # killed in chunk 1, after chunk 0's checkpoint
     from ray.train import WorkerGroupError
 
     with pytest.raises(WorkerGroupError):
         run_pretrain(cfg)
     killed_rows = step_rows(cfg.run_dir)
     killed_samples = trained_samples(cfg.run_dir)
-    assert max(killed_rows) == 7  # rank 0 exits after logging step 7
+    assert max(killed_rows) == 15  # rank 0 exits after logging step 15
     states = [json.loads(s3.cat_file(path)) for path in s3.glob(f"{BUCKET}/ckpt/cloud/checkpoint_*/state.json")]
-    assert [state["step"] for state in states] == [4], "chunk 0's checkpoint, on the S3 server"
+    assert [state["step"] for state in states] == [8], "chunk 0's checkpoint, on the S3 server"
     assert not list(cfg.run_dir.glob("checkpoint_*")), "no checkpoint on the local disk"
 
     (cfg.run_dir / "faults.json").unlink()
@@ -116,12 +121,12 @@ def test_cloud_storage_s3_data_and_checkpoints_kill_resume_trains_each_sample_on
         final["checkpoint"].startswith(f"s3://{BUCKET}/ckpt/cloud/checkpoint_")
     rows = step_rows(cfg.run_dir)
     assert sorted(rows) == list(range(1, STEPS + 1))
-    # resumed at step 5 from the S3 checkpoint: steps 1-4 keep the killed run's own rows (their measured
-    # step times; a run restarted from scratch would have rewritten them) and steps 5-7 were trained again
-    assert [rows[s] for s in range(1, 5)] == [killed_rows[s] for s in range(1, 5)]
-    assert all(rows[s]["time/step_sec"] != killed_rows[s]["time/step_sec"] for s in (5, 6, 7))
+    # resumed at step 9 from the S3 checkpoint: steps 1-8 keep the killed run's own rows (their measured
+    # step times; a run restarted from scratch would have rewritten them) and steps 9-15 were trained again
+    assert [rows[s] for s in range(1, 9)] == [killed_rows[s] for s in range(1, 9)]
+    assert all(rows[s]["time/step_sec"] != killed_rows[s]["time/step_sec"] for s in range(9, 16))
     samples = trained_samples(cfg.run_dir)
     assert len(samples) == len(set(samples)) == STEPS * 8, "every trained sample exactly once"
-    assert samples[: 7 * 8] == killed_samples, "the resumed run picks the data up where the checkpoint left it"
+    assert samples[: 15 * 8] == killed_samples, "the resumed run picks the data up where the checkpoint left it"
     quality = json.loads((cfg.run_dir / "data_quality.json").read_text())
     assert quality["data_quality"]["total_bad"] == 0
