@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     tokenizer = _tokenizer_of(model)
     items = [t.strip() for t in args.tasks.split(",") if t.strip()]
     files, names = [t for t in items if "=" in t], [t for t in items if "=" not in t]
-    prepared = prepare_tasks(files, tokenizer, args.max_docs_per_domain) if files or not names else []
+    prepared = prepare_tasks(",".join(files), tokenizer, args.max_docs_per_domain) if files or not names else []
     if names:
         from d3ray.eval.named import prepare_named_tasks
 

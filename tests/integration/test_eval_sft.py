@@ -4,6 +4,7 @@ greedy decode, per skill and difficulty; the same run through a Ray task; bad SF
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -17,7 +18,6 @@ from d3ray.data.sft import SftDataConfig, plain_prompt
 from d3ray.data.sft_sequences import iter_sft_sequences, read_sft_records
 from d3ray.data.skills import check_answer, generate_suite, write_sft_suite
 from d3ray.data.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer_from_texts
-from d3ray.eval.inputs import EvalInputError
 
 
 @pytest.fixture(scope="module")
@@ -103,10 +103,12 @@ def test_eval_as_ray_task_same_metrics(memorised, ray_cluster, tmp_path):
     assert json.loads(remote.read_text())["metrics"] == json.loads(local.read_text())["metrics"]
 
 
-def test_eval_bad_sft_record_fails_in_the_driver_with_file_and_line(memorised, tmp_path):
+def test_eval_bad_sft_record_fails_in_the_driver_with_file_and_line(memorised, tmp_path, capsys):
     model_dir, _ = memorised
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"prompt": "3+5=", "response": "8", "task": "add1"}) + "\n"
                    + json.dumps({"prompt": "3+6=", "task": "add1"}) + "\n")
-    with pytest.raises(EvalInputError, match=r"bad\.jsonl line 2: missing_response"):
-        main(["eval", str(model_dir), "--tasks", f"sft={bad}", "--ray"])  # raised before Ray is touched
+    # one line on the console (EvalInputError is a UserError), raised before Ray is touched
+    assert main(["eval", str(model_dir), "--tasks", f"sft={bad}", "--ray"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"bad\.jsonl line 2: missing_response", err) and "Traceback" not in err
