@@ -287,8 +287,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             step_stats = train_step(engine, batch, slice(rank * per_rank, (rank + 1) * per_rank), micro, device,
                                     partial(micro_weights, chunk, p))
             if world > 1:  # one small collective: the step loss and every rank's per-sample losses
-                gathered = [torch.zeros_like(step_stats) for _ in range(world)]
                 step_stats = step_stats.to(collective_device())
+                gathered = [torch.zeros_like(step_stats) for _ in range(world)]
                 dist.all_gather(gathered, step_stats)
                 stats = torch.stack(gathered).cpu().numpy()
             else:
