@@ -119,6 +119,7 @@ class CensusWorker:
             config=deepspeed_config(self.tcfg),
             lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, partial(lr_factor, cfg=self.tcfg)),
         )
+        self.engine.train()  # as the trainers: a pretrained model trains with its own dropout
         self.loaded: str | None = None
         self._base: dict[str, Any] = {}
         self._influence: dict[str, Any] = {}

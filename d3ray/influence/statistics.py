@@ -123,6 +123,13 @@ def batch_gradient(objective: CrossEntropyObjective, params: Params) -> tuple[fl
     return float(loss.detach()), {n: t.detach() for n, t in zip(params, grads, strict=True)}
 
 
+def gradient_statistics(objective: CrossEntropyObjective, params: Params) -> BatchStatistics:
+    """A batch's loss and gradient, no curvature (``first_order``, ``drift``): one forward and one backward."""
+    loss, g = batch_gradient(objective, params)
+    finite = bool(torch.isfinite(torch.tensor(loss))) and all_finite(g)
+    return BatchStatistics(loss=loss, grad=g, hdiag=None, finite=finite)
+
+
 def taylor_influence(
     objectives: Sequence[CrossEntropyObjective], params: Params, steps: Sequence[Params]
 ) -> torch.Tensor:

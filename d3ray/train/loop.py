@@ -193,6 +193,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
         config=ds_config,
         lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, partial(lr_factor, cfg=tcfg)),
     )
+    engine.train()  # from_pretrained returns a model in eval mode: train with the model's own dropout
 
     plan = faults.load_plan(cfg.run_dir) if rank == 0 else faults.FaultPlan()
     scorer = None

@@ -55,10 +55,6 @@ class DriftConfig(EstimatorConfig):
     def statistics(
         self, objective: CrossEntropyObjective, params: Params, generator: torch.Generator
     ) -> BatchStatistics:
-        import torch
+        from d3ray.influence.statistics import gradient_statistics
 
-        from d3ray.influence.statistics import BatchStatistics, all_finite, batch_gradient
-
-        loss, g = batch_gradient(objective, params)
-        finite = bool(torch.isfinite(torch.tensor(loss))) and all_finite(g)
-        return BatchStatistics(loss=loss, grad=g, hdiag=None, finite=finite)
+        return gradient_statistics(objective, params)
