@@ -81,3 +81,33 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def process_group():
+    """A one-rank gloo process group for DeepSpeed in this process (a free loopback port), torn down
+    after the module that asks for it."""
+    import socket
+
+    import deepspeed
+    import torch.distributed as dist
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    deepspeed.init_distributed(dist_backend="gloo")
+    yield
+    dist.destroy_process_group()
+    # DeepSpeed caches the destroyed groups (its comm backend, its world and data-parallel groups): the next
+    # module's engine would broadcast over them, so they go too.
+    deepspeed.comm.comm.cdb = None
+    for name in ("_WORLD_GROUP", "_DATA_PARALLEL_GROUP", "_MODEL_PARALLEL_GROUP", "_ZERO_PARAM_INTRA_PARALLEL_GROUP"):
+        setattr(deepspeed.utils.groups, name, None)
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

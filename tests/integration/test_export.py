@@ -2,8 +2,6 @@
 the exported HF directory gives the engine's own logits through AutoModelForCausalLM."""
 
 import json
-import os
-import socket
 
 import pytest
 import torch
@@ -14,28 +12,6 @@ from d3ray.data.tokenizer import train_tokenizer_from_texts
 from d3ray.export import export_model, load_model, model_source_kind
 from d3ray.lora import LoraConfig, apply_lora
 from d3ray.train.checkpoint import TrainState, save_checkpoint
-
-
-@pytest.fixture(scope="module")
-def process_group():
-    """A one-rank gloo process group for DeepSpeed in this process, torn down afterwards."""
-    import deepspeed
-    import torch.distributed as dist
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    deepspeed.init_distributed(dist_backend="gloo")
-    yield
-    dist.destroy_process_group()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 @pytest.fixture(scope="module")

@@ -5,11 +5,8 @@ a branch reported as failed, while the next branch trains; ``persist`` evaluates
 from __future__ import annotations
 
 import math
-import os
-import socket
 
 import numpy as np
-import pytest
 import torch
 
 from d3ray.census.worker import BranchTask, CensusWorker, ChunkData
@@ -20,28 +17,6 @@ from d3ray.schedule.chunker import GlobalBatch
 from d3ray.train.checkpoint import TrainState, save_checkpoint
 
 VOCAB, T, B = 64, 16, 4
-
-
-@pytest.fixture(scope="module")
-def process_group():
-    """A one-rank gloo process group for DeepSpeed in this process, torn down afterwards."""
-    import deepspeed
-    import torch.distributed as dist
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    deepspeed.init_distributed(dist_backend="gloo")
-    yield
-    dist.destroy_process_group()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 def batch(seed: int) -> GlobalBatch:
