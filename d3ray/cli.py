@@ -56,12 +56,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class ConsoleHandler(logging.StreamHandler):
+    """The console: writes to whatever ``sys.stderr`` is when a record is emitted (not the stream of the
+    moment it was made), so a caller that swaps ``sys.stderr`` (a test capturing output, a notebook) never
+    leaves logging a closed stream."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):  # noqa: D102
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 def configure_logging(level: str) -> None:
-    """Console handler at ``level``; the root logger at INFO so that run log files get INFO too."""
-    handler = logging.StreamHandler()
+    """Console handler at ``level`` (one, however often ``main`` runs in a process); the root logger at
+    INFO so that run log files get INFO too."""
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, ConsoleHandler)]:
+        root.removeHandler(old)
+    handler = ConsoleHandler()
     handler.setLevel(getattr(logging, level.upper(), logging.WARNING))
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"))
-    root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(min(handler.level, logging.INFO))
 

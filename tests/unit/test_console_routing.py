@@ -39,3 +39,25 @@ def test_worker_env_turns_the_preemption_watcher_off_on_a_local_instance_only() 
     cluster = worker_env(load_config(RunConfig, None, ["--ray.address=auto"]))
     assert local["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] == "0"
     assert "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER" not in cluster  # drained nodes exist there
+
+
+def test_console_handler_is_one_and_follows_the_current_stderr(monkeypatch):
+    import io
+    import logging
+    import sys
+
+    from d3ray.cli import ConsoleHandler, configure_logging
+
+    first = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    configure_logging("WARNING")
+    configure_logging("WARNING")  # main() twice in one process (tests, notebooks): still one console handler
+    root = logging.getLogger()
+    assert sum(isinstance(h, ConsoleHandler) for h in root.handlers) == 1
+    first.close()  # the stream of the moment the handler was made is gone (a finished capture)
+    later = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", later)
+    logging.getLogger("d3ray.test").warning("after the swap %d", 7)
+    assert "after the swap 7" in later.getvalue()
+    for handler in [h for h in root.handlers if isinstance(h, ConsoleHandler)]:
+        root.removeHandler(handler)
