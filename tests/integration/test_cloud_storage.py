@@ -15,8 +15,6 @@ No ``gs://`` counterpart: no GCS server installs from a package registry (fake-g
 from __future__ import annotations
 
 import json
-import logging
-import socket
 
 import pytest
 
@@ -26,7 +24,7 @@ from d3ray.faults import FaultPlan, write_plan
 from d3ray.run_files import read_jsonl
 from tests.conftest import make_corpus, start_local_ray
 
-moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed (pip install -e '.[dev]')")
+pytest.importorskip("moto.server", reason="moto[server] is not installed (pip install -e '.[dev]')")
 pytest.importorskip("s3fs", reason="s3fs is not installed (pip install -e '.[cloud]')")
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.own_ray]
@@ -36,33 +34,18 @@ STEPS = 16  # 2 chunks of L=8 steps; a checkpoint after each chunk
 
 
 @pytest.fixture
-def s3_server(monkeypatch, tmp_path):
-    """A moto S3 server on a free loopback port, and the environment that points every AWS client at it.
-    The shared Ray instance is stopped first: the instance started next inherits this environment."""
+def s3_server(moto_s3, monkeypatch):
+    """The loopback moto S3 server (``moto_s3``), with the shared Ray instance stopped: the instance started
+    next inherits this environment."""
     import ray
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one INFO line per request otherwise
-    server.start()
     ray.shutdown()
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    for key, value in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
-                       "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-                       "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
-                       "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
-                       "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
-                       # Ray Train's controller (started by the Ray instance below) polls the workers this often
-                       "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.05"}.items():
-        monkeypatch.setenv(key, value)
+    # Ray Train's controller (started by the Ray instance below) polls the workers this often
+    monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.05")
     try:
-        yield port
+        yield moto_s3
     finally:
         ray.shutdown()  # the next Ray test restarts the shared instance, without this environment
-        server.stop()
 
 
 def trained_samples(run_dir):

@@ -5,11 +5,6 @@ in for the cloud provider (reached through ``AWS_ENDPOINT_URL``, as a MinIO or o
 
 from __future__ import annotations
 
-import logging
-import socket
-
-import pytest
-
 from d3ray.config import RunConfig
 from d3ray.train.run import has_checkpoint
 
@@ -27,31 +22,15 @@ def test_run_has_checkpoint_local_storage_path_only_this_runs_checkpoints(tmp_pa
     assert has_checkpoint(RunConfig(name="a", output_dir=str(tmp_path / "runs")))  # default: the run dir
 
 
-def test_run_has_checkpoint_s3_storage_path_lists_the_bucket(monkeypatch, tmp_path):
-    moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed (the dev extra)")
+def test_run_has_checkpoint_s3_storage_path_lists_the_bucket(moto_s3, tmp_path):
     import boto3
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one INFO line per request otherwise
-    server.start()
-    try:
-        for key, value in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
-                           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-                           "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
-                           "AWS_CONFIG_FILE": str(tmp_path / "none"),
-                           "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}.items():
-            monkeypatch.setenv(key, value)
-        s3 = boto3.client("s3")
-        s3.create_bucket(Bucket="d3ray-ckpt")
-        cfg = RunConfig(name="a", output_dir=str(tmp_path / "runs"), storage_path="s3://d3ray-ckpt/runs")
-        assert not has_checkpoint(cfg), "nothing under s3://d3ray-ckpt/runs/a yet"
-        s3.put_object(Bucket="d3ray-ckpt", Key="runs/ab/checkpoint_2026-12-02_10-00-00.000000/state.json", Body=b"{}")
-        s3.put_object(Bucket="d3ray-ckpt", Key="runs/a/checkpoint_manager_snapshot.json", Body=b"{}")
-        assert not has_checkpoint(cfg), "another run's checkpoint and Ray's snapshot file are no checkpoint"
-        s3.put_object(Bucket="d3ray-ckpt", Key="runs/a/checkpoint_2026-12-02_10-00-00.000000/state.json", Body=b"{}")
-        assert has_checkpoint(cfg)
-    finally:
-        server.stop()
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="d3ray-ckpt")
+    cfg = RunConfig(name="a", output_dir=str(tmp_path / "runs"), storage_path="s3://d3ray-ckpt/runs")
+    assert not has_checkpoint(cfg), "nothing under s3://d3ray-ckpt/runs/a yet"
+    s3.put_object(Bucket="d3ray-ckpt", Key="runs/ab/checkpoint_2026-12-02_10-00-00.000000/state.json", Body=b"{}")
+    s3.put_object(Bucket="d3ray-ckpt", Key="runs/a/checkpoint_manager_snapshot.json", Body=b"{}")
+    assert not has_checkpoint(cfg), "another run's checkpoint and Ray's snapshot file are no checkpoint"
+    s3.put_object(Bucket="d3ray-ckpt", Key="runs/a/checkpoint_2026-12-02_10-00-00.000000/state.json", Body=b"{}")
+    assert has_checkpoint(cfg)
