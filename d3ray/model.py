@@ -19,7 +19,7 @@ from typing import Any
 from d3ray.errors import UserError
 from d3ray.lora import LoraConfig
 
-__all__ = ["PRESETS", "ModelConfig", "build_model", "check_pretrained_path", "check_tokenizer_fits",
+__all__ = ["PRESETS", "ModelConfig", "build_model", "check_pretrained_path", "check_tokenizer_fits", "lora_base_model",
            "enable_activation_checkpointing", "model_config_dict"]
 
 # name -> (model_type, transformers config fields). Context length and vocab are set per run.
@@ -183,6 +183,15 @@ def enable_activation_checkpointing(model: Any) -> None:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def lora_base_model(cfg: ModelConfig) -> str | None:
+    """The local directory the frozen base of a LoRA run is read from, as an absolute path; None when
+    every weight trains or the base is randomly initialised (its checkpoints then keep the base,
+    since nothing on disk could rebuild it)."""
+    if cfg.lora is None or cfg.pretrained_path is None:
+        return None
+    return str(Path(cfg.pretrained_path).expanduser().resolve())
 
 
 def apply_lora_if_set(model: Any, cfg: ModelConfig) -> Any:

@@ -7,7 +7,9 @@
       tokenizer/                                   ──► the run's tokenizer
     HF model dir (config.json)                     ──► AutoModelForCausalLM.from_pretrained (local only)
     adapter dir (adapter_config.json)              ──► base from base_model_name_or_path + the adapter
-    run dir (runs/<name>/checkpoint_*/)            ──► its newest checkpoint (highest step in state.json)
+    run dir (runs/<name>/checkpoint_*/)            ──► the checkpoint its ``latest`` pointer names (else the
+                                                        highest step in state.json)
+    LoRA checkpoint whose model.json names a base  ──► the base from that local directory + the adapters
 
 Nothing is downloaded: every ``from_pretrained`` is ``local_files_only``.
 """
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from d3ray.errors import DataPathError
+from d3ray.train.latest import read_latest
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +46,9 @@ class LoadedModel:
 
 def resolve_model_source(path: str | Path) -> Path:
     """``path`` itself, or, for a run directory (``runs/<name>``, holding ``checkpoint_*/``), its newest
-    checkpoint: the one of the highest step (``state.json``), logged. Ray Train names checkpoints
-    ``checkpoint_<timestamp>``, so a run directory is the name a user can type.
+    checkpoint: the one its ``latest`` pointer names (``train/latest.py``), else the one of the highest
+    step (``state.json``), logged. Ray Train names checkpoints ``checkpoint_<timestamp>``, so a run
+    directory is the name a user can type.
 
     Raises:
         DataPathError: ``path`` does not exist, or is a run directory without a checkpoint yet.
@@ -54,6 +58,10 @@ def resolve_model_source(path: str | Path) -> Path:
         raise DataPathError(f"{path}: no such checkpoint, run directory or model directory")
     if not root.is_dir() or any((root / f).is_file() for f in ("model.json", "config.json", "adapter_config.json")):
         return root
+    pointed = read_latest(root)
+    if pointed is not None and model_source_kind(pointed) == "checkpoint":
+        logger.info("%s is a run directory: using the checkpoint its latest pointer names, %s", path, pointed)
+        return pointed
     checkpoints = [c for c in root.glob("checkpoint_*") if (c / "model.json").is_file() and (c / DS_SUBDIR).is_dir()]
     if not checkpoints:
         if (root / "config.yaml").is_file():
@@ -127,11 +135,19 @@ def load_checkpoint_model(ckpt_dir: str | Path, attn_implementation: str = "eage
         raise FileNotFoundError(f"{root}: no model.json (written by d3ray.train.checkpoint.save_checkpoint)")
     description = json.loads(description_file.read_text())
     config = transformers.AutoConfig.for_model(**description["config"])
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation)
+    base = description.get("base_model")
+    if base is None:
+        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation)
+    else:  # LoRA without its frozen base: the base comes from the directory it was trained on
+        if not (Path(base) / "config.json").is_file():
+            raise DataPathError(f"{root} holds LoRA adapters only; their base model {base} (the run's "
+                                "model.pretrained_path) is gone: restore it there to load this checkpoint")
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            base, config=config, local_files_only=True, attn_implementation=attn_implementation)
     if description.get("lora"):
         model = lora_from_description(model, description["lora"])
     state = deepspeed_state_dict(root / DS_SUBDIR)
-    load_exact_state_dict(model, state, where=str(root))
+    load_exact_state_dict(model, state, where=str(root), frozen_from_base=base is not None)
     if not (root / "tokenizer").is_dir():
         raise FileNotFoundError(f"{root}: no tokenizer/ folder; the checkpoint was saved without one")
     return LoadedModel(model=model, tokenizer=load_tokenizer(root / "tokenizer"), kind="checkpoint")
@@ -162,15 +178,19 @@ def deepspeed_state_dict(ds_dir: str | Path, tag: str | None = None) -> dict[str
     return {k: v.float() for k, v in torch.load(model_states, map_location="cpu", weights_only=False)["module"].items()}
 
 
-def load_exact_state_dict(model: Any, state: dict[str, Any], where: str) -> None:
+def load_exact_state_dict(model: Any, state: dict[str, Any], where: str, frozen_from_base: bool = False) -> None:
     """Load ``state`` into ``model``; every parameter must come from it, or be tied to one that does.
 
     DeepSpeed stores a tied weight once (GPT-2's ``lm_head.weight`` is ``wte.weight``), so a name
-    may be missing when its tensor is shared with a loaded one; anything else is an error.
+    may be missing when its tensor is shared with a loaded one; with ``frozen_from_base`` (a LoRA
+    checkpoint without its base) the frozen parameters are missing too, and every trainable one must
+    be there. Anything else is an error.
     """
     missing, unexpected = model.load_state_dict(state, strict=False)
     own = model.state_dict()
     loaded_ptrs = {own[k].data_ptr() for k in state if k in own}
+    if frozen_from_base:  # a frozen tensor under any of its names (GPT-2's lm_head.weight is the frozen wte)
+        loaded_ptrs |= {p.data_ptr() for p in model.parameters() if not p.requires_grad}
     untied = [k for k in missing if own[k].data_ptr() not in loaded_ptrs]
     if untied or unexpected:
         raise ValueError(

@@ -59,6 +59,13 @@ class TrainConfig:
     """Report a checkpoint every this many chunks (each report costs ~0.2-2 s in Ray Train, and a
     synchronous save of the DeepSpeed state: ~1.7 GB at GPT-2 124M). A resumed run restarts from the
     last checkpoint written and trains the chunks after it again (exactly once in the final model)."""
+    checkpoint_every_steps: int = 0
+    """Checkpoint at the end of the chunk that crosses each multiple of this many steps, instead of
+    every ``checkpoint_every_chunks`` chunks (checkpoints fall on chunk boundaries, where the schedule
+    state is whole); 0 = count in chunks."""
+    checkpoint_upload: str = "async"
+    """How Ray Train copies a checkpoint to ``storage_path``: ``async`` (training goes on while it
+    uploads; a checkpoint counts, for resume and ``latest``, once it is all in storage) or ``sync``."""
     checkpoint_every_sec: float = 0.0
     """Also (or, with ``checkpoint_every_chunks`` set high, only) checkpoint at the end of the first chunk
     that finishes this many seconds after the previous checkpoint (rank 0's clock, shared with every
@@ -114,6 +121,10 @@ class TrainConfig:
             raise ValueError(f"train.min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
         if self.checkpoint_every_chunks < 1:
             raise ValueError(f"train.checkpoint_every_chunks={self.checkpoint_every_chunks} must be >= 1")
+        if self.checkpoint_every_steps < 0:
+            raise ValueError(f"train.checkpoint_every_steps={self.checkpoint_every_steps} must be >= 0 (0 = count chunks)")
+        if self.checkpoint_upload not in ("async", "sync"):
+            raise ValueError(f"train.checkpoint_upload={self.checkpoint_upload!r} must be async or sync")
         if self.checkpoint_every_sec < 0:
             raise ValueError(f"train.checkpoint_every_sec={self.checkpoint_every_sec} must be >= 0 (0 = off)")
         if self.deepspeed:

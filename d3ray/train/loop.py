@@ -158,7 +158,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     from d3ray import faults
     from d3ray.config_loading import to_dict
     from d3ray.errors import UserError
-    from d3ray.model import build_model, enable_activation_checkpointing
+    from d3ray.model import build_model, enable_activation_checkpointing, lora_base_model
     from d3ray.run_files import route_logs_to_run_dir, stdout_to_log
     from d3ray.schedule.scheduler import ChunkFeedback
     from d3ray.train.checkpoint import TrainState, checkpoint_due, load_checkpoint, save_checkpoint
@@ -202,13 +202,14 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
 
         nan_batches = faults.load_plan(cfg.run_dir).influence_nan_batches  # every rank masks the same batches
         scorer = ShardedScorer(engine, spec.in_trainer_influence.config, rank, world, nan_batches=nan_batches)
+    frozen_base = lora_base_model(cfg.model)
     state = TrainState()
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is None and tcfg.init_checkpoint:  # a branch of a shared trunk (d3ray compare)
         checkpoint = ray.train.Checkpoint.from_directory(tcfg.init_checkpoint)
     if checkpoint is not None:
         with checkpoint.as_directory() as d:
-            state = load_checkpoint(engine, Path(d), rank)
+            state = load_checkpoint(engine, Path(d), rank, base_model=frozen_base)
             if scorer is not None:
                 scorer.load(Path(d))
         logger.info("rank %d resumed at step %d, chunk %d+%d", rank, state.step, state.next_chunk, state.position)
@@ -260,7 +261,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
         return result
 
     start_time = time.perf_counter()
-    last_checkpoint_time = start_time
+    last_checkpoint_time, last_checkpoint_step = start_time, state.step
+    upload = ray.train.CheckpointUploadMode[tcfg.checkpoint_upload.upper()]
     start_tokens = state.tokens
     loss_value = float("nan")
     next_ref = coordinator.get_chunk.remote(state.next_chunk)
@@ -339,25 +341,32 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
         due = checkpoint_due(finished=finished, chunk_done=chunk_done, next_chunk=state.next_chunk,
                              every_chunks=tcfg.checkpoint_every_chunks,
                              seconds_since_last=time.perf_counter() - last_checkpoint_time,
-                             every_sec=tcfg.checkpoint_every_sec)
+                             every_sec=tcfg.checkpoint_every_sec, every_steps=tcfg.checkpoint_every_steps,
+                             step=state.step, last_checkpoint_step=last_checkpoint_step)
         if world > 1 and tcfg.checkpoint_every_sec > 0 and chunk_done and not finished:
             # The clocks of the ranks differ: rank 0's decision holds for all (save is a collective).
             flag = torch.tensor([float(due)], device=device)
             dist.broadcast(flag, src=0)
             due = bool(flag.item())
         if due:
-            last_checkpoint_time = time.perf_counter()
+            last_checkpoint_time, last_checkpoint_step = time.perf_counter(), state.step
             if logs is not None:
                 if not finished:
                     ray.get(next_ref)  # the next chunk's decision belongs in this checkpoint
                 state.schedule = ray.get(coordinator.checkpoint_state.remote(state.next_chunk))
             metrics = {"step": state.step, "train/loss": loss_value, "data/tokens": state.tokens,
                        "chunk_id": chunk.chunk_id, **{k: v for k, v in last_eval.items() if np.isfinite(v)}}
-            with tempfile.TemporaryDirectory() as d:
-                save_checkpoint(engine, state, Path(d), rank, Path(spec.tokenizer_dir))
-                if scorer is not None:
-                    scorer.save(Path(d))
-                ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
+            # Ray Train removes the local copy once it is in storage_path; with the asynchronous upload the
+            # next chunk trains while it copies (training only waits on a previous upload still running).
+            t_save = time.perf_counter()
+            local = tempfile.mkdtemp(prefix="d3ray-checkpoint-")
+            save_checkpoint(engine, state, Path(local), rank, Path(spec.tokenizer_dir), base_model=frozen_base)
+            if scorer is not None:
+                scorer.save(Path(local))
+            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(local),
+                             checkpoint_upload_mode=upload, delete_local_checkpoint_after_upload=True)
+            if logs is not None:  # what the checkpoint cost the trainers (with async: the save, not the upload)
+                logs.log_metrics({"step": state.step, "time/checkpoint_sec": time.perf_counter() - t_save})
             if rank == 0:
                 coordinator.release.remote(state.next_chunk)
 

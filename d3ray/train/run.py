@@ -25,6 +25,7 @@ from d3ray.config import RunConfig
 from d3ray.config_loading import to_dict
 from d3ray.errors import UserError
 from d3ray.run_files import log_to_file, read_jsonl, stderr_to_file, stop_logging_to_file
+from d3ray.train.latest import latest_pointer_callback
 from d3ray.train.preflight import check_cluster, check_environment
 from d3ray.train.prepare import load_eval_sets, prepare_data, prepare_eval_tasks
 
@@ -139,7 +140,7 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
                 failure_config=ray.train.FailureConfig(max_failures=cfg.train.max_failures),
                 checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.train.keep_checkpoints),
                 worker_runtime_env={"env_vars": env},
-                callbacks=list(callbacks or []),
+                callbacks=[latest_pointer_callback(), *(callbacks or [])],  # <run>/latest: newest persisted
                 logging_config=ray.train.LoggingConfig(log_level="WARNING"),  # Ray Train's INFO: its log files
             ),
         )

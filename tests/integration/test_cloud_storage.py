@@ -102,6 +102,8 @@ def test_cloud_storage_s3_data_and_checkpoints_kill_resume_trains_each_sample_on
     assert final["steps"] == STEPS
     assert final["checkpoint"].startswith(f"{BUCKET}/ckpt/cloud/checkpoint_") or \
         final["checkpoint"].startswith(f"s3://{BUCKET}/ckpt/cloud/checkpoint_")
+    # The latest pointer sits beside the checkpoints on S3 (written by the Ray Train controller).
+    assert s3.cat_file(f"{BUCKET}/ckpt/cloud/latest").decode().strip() == final["checkpoint"].rstrip("/").split("/")[-1]
     rows = step_rows(cfg.run_dir)
     assert sorted(rows) == list(range(1, STEPS + 1))
     # resumed at step 9 from the S3 checkpoint: steps 1-8 keep the killed run's own rows (their measured

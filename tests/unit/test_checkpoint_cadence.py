@@ -41,3 +41,25 @@ def test_checkpoint_due_always_at_the_end_even_inside_a_chunk():
 def test_checkpoint_every_sec_negative_refused():
     with pytest.raises(ConfigError, match=r"train\.checkpoint_every_sec=-1"):
         load_config(RunConfig, None, ["--train.checkpoint_every_sec=-1"])
+
+
+def test_checkpoint_due_by_steps_at_the_chunk_that_crosses_each_multiple():
+    """Chunks of 3 steps, a checkpoint every 5 steps: the chunks ending at steps 6, 12 (crossing 5 and 10)
+    and 15 (reaching 15) checkpoint; the chunk cadence is replaced, not added to."""
+    last, fired = 0, []
+    for end_step in range(3, 19, 3):
+        if checkpoint_due(finished=False, chunk_done=True, next_chunk=end_step // 3, every_chunks=1,
+                          seconds_since_last=0.0, every_sec=0.0, step=end_step, last_checkpoint_step=last,
+                          every_steps=5):
+            fired.append(end_step)
+            last = end_step
+    assert fired == [6, 12, 15]
+
+
+@pytest.mark.parametrize("override, message", [
+    ("--train.checkpoint_every_steps=-5", r"train\.checkpoint_every_steps=-5 must be >= 0"),
+    ("--train.checkpoint_upload=later", r"train\.checkpoint_upload='later' must be async or sync"),
+])
+def test_checkpoint_cadence_and_upload_bad_values_refused(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(RunConfig, None, [override])

@@ -81,3 +81,24 @@ def test_resolve_model_source_run_dir_without_checkpoint_says_so(tmp_path):
         resolve_model_source(run)
     with pytest.raises(DataPathError, match="no such checkpoint, run directory or model directory"):
         resolve_model_source(tmp_path / "runs" / "typo")
+
+
+def test_resolve_model_source_follows_the_latest_pointer_over_a_newer_half_uploaded_checkpoint(tmp_path):
+    """With the asynchronous upload a newer checkpoint may be in storage only in part; the ``latest``
+    pointer (moved by the Ray Train controller once a checkpoint is all there) names the one to use."""
+    import pyarrow.fs
+
+    from d3ray.train.latest import read_latest, write_latest
+
+    run = tmp_path / "runs" / "d3ray-tiny"
+    whole = fake_checkpoint(run, "checkpoint_2026-12-02_10-00-00.000001", step=4)
+    fake_checkpoint(run, "checkpoint_2026-12-02_10-00-05.000002", step=8)  # still uploading
+    assert read_latest(run) is None
+    write_latest(pyarrow.fs.LocalFileSystem(), str(whole))
+    assert (run / "latest").read_text() == f"{whole.name}\n" and not (run / ".latest.tmp").exists()
+    assert read_latest(run) == whole
+    assert resolve_model_source(run) == whole
+    # A pointer to a checkpoint that is gone (keep_checkpoints deleted it, or a copied run dir) is ignored.
+    (run / "latest").write_text("checkpoint_gone\n")
+    assert read_latest(run) is None
+    assert resolve_model_source(run).name == "checkpoint_2026-12-02_10-00-05.000002"
