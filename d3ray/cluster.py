@@ -5,6 +5,7 @@ Used by every entry point that starts Ray (``d3ray pretrain``, ``d3ray sweep``, 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from d3ray.config import RayClusterConfig, RunConfig
+from d3ray.data.config import DataConfig, auto_tokenize_actors
 
 logger = logging.getLogger(__name__)
 
@@ -107,3 +109,19 @@ def init_local_ray(num_cpus: int, log_to_driver: bool) -> None:
              logging_level=logging.WARNING, include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=port)
     logger.info("started a local Ray instance (%d CPUs, dashboard port %d, token authentication %s)", num_cpus,
                 port, os.environ.get("RAY_AUTH_MODE", "?"))
+
+
+def size_tokenizers(cfg: RunConfig, data: DataConfig, cluster_cpus: float) -> DataConfig:
+    """``data`` with ``tokenize_actors=0`` resolved for a cluster of ``cluster_cpus`` CPUs (logged): what the
+    trainers (``train.num_workers · cpus_per_worker``) and the scheduler's actors reserve is theirs; the
+    tokenizers take the rest (:func:`~d3ray.data.config.auto_tokenize_actors`). A set value is kept."""
+    if data.tokenize_actors != 0:
+        return data
+    from d3ray.schedule.config import resources_total
+
+    reserved = cfg.train.num_workers * cfg.train.cpus_per_worker
+    reserved += resources_total(cfg.schedule.actor_requests()).get("CPU", 0.0)
+    actors = auto_tokenize_actors(cluster_cpus - reserved, data.tokenize_cpus)
+    logger.info("data.tokenize_actors=0: %d tokenizers (%.2f of %.2f CPUs left after the trainers and the "
+                "scheduler's actors, %.2f each)", actors, cluster_cpus - reserved, cluster_cpus, data.tokenize_cpus)
+    return dataclasses.replace(data, tokenize_actors=actors)

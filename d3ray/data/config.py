@@ -18,6 +18,9 @@ LISTING_LAYOUTS = ("redpajama_1t", "folder", "file")
 DEFAULT_TEXT_KEY = "text"
 DEFAULT_DOMAIN_KEY = "meta.redpajama_set_name"
 DEFAULT_MAX_RECORD_BYTES = 64 * 1024 * 1024
+#: ``data.tokenize_actors=0`` sizes the tokenizers to the free CPUs, up to this many (a cap, so that one run's
+#: stream does not take every CPU of a large node from other work).
+AUTO_TOKENIZE_MAX = 16
 
 DEFAULT_DOMAINS = (
     "RedPajamaArXiv",
@@ -44,6 +47,15 @@ FOLDER_DOMAINS = {
     "wiki": "RedPajamaWikipedia",
     "wikipedia": "RedPajamaWikipedia",
 }
+
+
+def auto_tokenize_actors(free_cpus: float, tokenize_cpus: float) -> int:
+    """Tokenizers for ``data.tokenize_actors=0``: one per ``tokenize_cpus`` of ``free_cpus`` (the cluster's
+    CPUs less what the trainers and the scheduler's actors reserve), at least 1, at most ``AUTO_TOKENIZE_MAX``
+    (a tokenizer reserving no CPU: the maximum)."""
+    if tokenize_cpus <= 0:
+        return AUTO_TOKENIZE_MAX
+    return max(1, min(AUTO_TOKENIZE_MAX, int(free_cpus // tokenize_cpus)))
 
 
 def canonical_domain(label: str) -> str:
@@ -116,7 +128,9 @@ class DataConfig:
     """A line longer than this is a bad record (``oversized_record``), so no line is held whole."""
     tokenize_actors: int = 1
     """Tokenizer parallelism: shards read and tokenized at once, one Ray task each (no actor). With fewer
-    shards than this (one large shard), a pool of this many tokenizer actors shares out its blocks."""
+    shards than this (one large shard), a pool of this many tokenizer actors shares out its blocks.
+    0 = size it to the cluster: one per ``tokenize_cpus`` of the CPUs left once the trainers and the
+    scheduler's actors have theirs (at least 1, at most ``AUTO_TOKENIZE_MAX``), resolved and logged at start."""
     tokenize_cpus: float = 1.0
     """CPUs reserved per tokenizer task (or actor). Lower it (e.g. 0.5) when the trainers hold every CPU of a
     small box: the tasks need free CPUs to start, or the stream waits for them."""
@@ -157,8 +171,8 @@ class DataConfig:
             )
         if self.max_record_bytes < 1:
             raise ValueError(f"data.max_record_bytes must be >= 1, got {self.max_record_bytes}")
-        if self.tokenize_actors < 1:
-            raise ValueError(f"data.tokenize_actors must be >= 1, got {self.tokenize_actors}")
+        if self.tokenize_actors < 0:
+            raise ValueError(f"data.tokenize_actors must be >= 1, or 0 to size it to the cluster; got {self.tokenize_actors}")
         if self.block_bytes < 1024:
             raise ValueError(f"data.block_bytes must be >= 1024, got {self.block_bytes}")
         if self.tokenize_cpus < 0:

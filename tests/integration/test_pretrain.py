@@ -68,8 +68,11 @@ def test_pretrain_zero2_two_workers_loss_falls_and_kill_resume_matches(ray_clust
     monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # this process reads the store below
     (tmp_path / "wandb_dir").mkdir()
-    ref_cfg = run_config(corpus, tmp_path, "reference", "--train.report_to=[tensorboard,wandb,mlflow]")
+    ref_cfg = run_config(corpus, tmp_path, "reference", "--train.report_to=[tensorboard,wandb,mlflow]",
+                         "--data.tokenize_actors=0")  # sized to what the trainers leave; the killed run: 1 (default)
     final = run_pretrain(ref_cfg)
+    # the shared test cluster declares 4 CPUs; 2 trainers of 0.5 CPU; random order starts no actor
+    assert "data.tokenize_actors=0: 3 tokenizers (3.00 of 4.00 CPUs" in (ref_cfg.run_dir / "logs" / "driver.log").read_text()
     assert len(list((tmp_path / "wandb_dir").glob("wandb/offline-run-*/run-*.wandb"))) == 1
     client = MlflowClient((tmp_path / "mlruns").as_uri())
     [tracked] = client.search_runs([client.get_experiment_by_name("d3ray").experiment_id])

@@ -1,9 +1,11 @@
 """What every Ray worker's environment holds (d3ray/cluster.py): the driver's Hugging Face, tracker, NCCL and
 AWS variables pass through, ``ray.env_vars`` adds to them and wins, and a submitted job's own runtime-env
-variables are not named again (Ray refuses a driver runtime_env that repeats one)."""
+variables are not named again (Ray refuses a driver runtime_env that repeats one); and how many tokenizers
+``data.tokenize_actors=0`` gives on a node."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from d3ray.cluster import job_env_vars, passthrough_env, worker_env
@@ -37,3 +39,25 @@ def test_cluster_job_env_vars_drops_the_submitted_jobs_own_variables():
     environ = {"RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps(job)}
     assert job_env_vars({"HF_HOME": "/job/hf", "NCCL_DEBUG": "INFO"}, environ) == {"NCCL_DEBUG": "INFO"}
     assert job_env_vars({"HF_HOME": "/x"}, {}) == {"HF_HOME": "/x"}  # not in a submitted job
+
+
+def test_tokenizers_sized_to_the_cpus_the_trainers_and_scheduler_leave():
+    """``data.tokenize_actors=0`` on a 16-CPU GPU node: 2 trainers of 2 CPUs and D3's influence and solver
+    actors reserve theirs; each tokenizer takes ``tokenize_cpus`` of the rest."""
+    from d3ray.cluster import size_tokenizers
+    from d3ray.data.config import AUTO_TOKENIZE_MAX, auto_tokenize_actors
+    from d3ray.schedule.config import resources_total
+
+    cfg = load_config(RunConfig, None, ["--data.tokenize_actors=0", "--train.num_workers=2", "--train.cpus_per_worker=2",
+                                        "--train.global_batch_size=8", "--schedule.type=d3"])
+    scheduler_cpus = resources_total(cfg.schedule.actor_requests())["CPU"]
+    assert scheduler_cpus > 0
+    sized = size_tokenizers(cfg, cfg.data, cluster_cpus=16.0)
+    assert sized.tokenize_actors == int(16.0 - 4.0 - scheduler_cpus)  # tokenize_cpus = 1
+    half = size_tokenizers(cfg, dataclasses.replace(cfg.data, tokenize_cpus=0.5), cluster_cpus=16.0)
+    assert half.tokenize_actors == min(AUTO_TOKENIZE_MAX, int((16.0 - 4.0 - scheduler_cpus) / 0.5))
+    # A 2-core box whose trainers hold every CPU still gets one tokenizer; a set value is kept.
+    assert size_tokenizers(cfg, cfg.data, cluster_cpus=2.0).tokenize_actors == 1
+    assert size_tokenizers(cfg, dataclasses.replace(cfg.data, tokenize_actors=3), cluster_cpus=64.0).tokenize_actors == 3
+    assert [auto_tokenize_actors(free, 1.0) for free in (-1.0, 0.5, 3.9, 100.0)] == [1, 1, 3, AUTO_TOKENIZE_MAX]
+    assert auto_tokenize_actors(8.0, 0.0) == AUTO_TOKENIZE_MAX
