@@ -63,3 +63,16 @@ def test_checkpoint_due_by_steps_at_the_chunk_that_crosses_each_multiple():
 def test_checkpoint_cadence_and_upload_bad_values_refused(override, message):
     with pytest.raises(ConfigError, match=message):
         load_config(RunConfig, None, [override])
+
+
+def test_resume_of_lora_adapters_on_another_base_refused_naming_both(tmp_path):
+    """A LoRA checkpoint without its frozen base resumes only on the base it names (the adapters are
+    deltas of that base): another ``model.pretrained_path`` is refused before DeepSpeed loads anything."""
+    import json
+
+    from d3ray.train.checkpoint import load_checkpoint
+
+    (tmp_path / "model.json").write_text(json.dumps({"config": {}, "lora": {"r": 4}, "base_model": "/models/base-a"}))
+    with pytest.raises(ValueError, match="trained on the base model /models/base-a, but this run's "
+                                         "model.pretrained_path is /models/base-b"):
+        load_checkpoint(None, tmp_path, rank=0, base_model="/models/base-b")
