@@ -35,6 +35,7 @@ from d3ray.census.orders import (
     random_orders,
     recency_orders,
 )
+from d3ray.census.planted import PLANTED_KINDS, plant_chunk, planted_orders, planting
 from d3ray.config import RunConfig
 from d3ray.errors import DataPathError, UserError
 
@@ -70,9 +71,14 @@ class CensusOptions:
     eval_files: list[str] = field(default_factory=list)
     control: str | None = None
     """A positive control with a known answer: ``recency`` (orders that train one domain's batches last
-    must win on that domain's held-out loss)."""
+    must win on that domain's held-out loss) or ``planted`` (one batch of each branched chunk broken:
+    its position in an order must move the held-out loss)."""
     control_domain: str | None = None
     """The recency control's domain (default: per chunk, the domain whose count per batch varies most)."""
+    planted_kind: str = "shuffled"
+    """The planted control's batch: ``shuffled`` (each sequence's tokens permuted) or ``repeated`` (one id)."""
+    planted_batch: int | None = None
+    """The planted control's batch by stream index 0..L−1 (default: per chunk, drawn from ``seed``)."""
     workers: int = 2
     cpus_per_worker: float = 1.0
     seed: int = 0
@@ -164,12 +170,47 @@ def check_inputs(info: RunInfo, options: CensusOptions) -> list[int]:
             raise DataPathError(f"census: --eval {path}: no such file")
     if options.all_orders and schedule.L > MAX_ALL_ORDERS_L:
         raise UserError(f"census: --all-orders needs L <= {MAX_ALL_ORDERS_L} (the run's schedule.L={schedule.L})")
-    if options.control not in (None, "recency"):
-        raise UserError(f"census: --control {options.control}: unknown control (known: recency)")
+    if options.control not in (None, "recency", "planted"):
+        raise UserError(f"census: --control {options.control}: unknown control (known: recency, planted)")
+    if options.control == "planted":
+        if options.planted_kind not in PLANTED_KINDS:
+            raise UserError(f"census: --planted-kind {options.planted_kind}: one of {', '.join(PLANTED_KINDS)}")
+        if options.planted_batch is not None and not 0 <= options.planted_batch < schedule.L:
+            raise UserError(f"census: --planted-batch {options.planted_batch} is not a stream index of a chunk "
+                            f"(0..{schedule.L - 1})")
+    elif options.planted_batch is not None or options.planted_kind != "shuffled":
+        raise UserError("census: --planted-batch / --planted-kind belong to --control planted")
     if options.chunks < 1 or options.random_orders < 2:
         raise UserError("census: --chunks must be >= 1 and --random-orders >= 2 (a spread needs two)")
+    check_out_dir(options, schedule.L)
     return choose_checkpoints(sorted(info.checkpoints), info.total_chunks, options.chunks, options.persist,
                               options.checkpoints, options.num_checkpoints, options.warmup_chunks)
+
+
+def chunk_planting(options: CensusOptions, L: int, chunk_id: int) -> dict[str, Any] | None:
+    """What the planted control plants in chunk ``chunk_id`` (None without ``--control planted``)."""
+    if options.control != "planted":
+        return None
+    return planting(options.planted_kind, L, options.seed, chunk_id, options.planted_batch)
+
+
+def _describe(plant: dict[str, Any] | None) -> str:
+    return "unplanted chunks" if plant is None else f"a {plant['kind']} batch planted at stream index {plant['index']}"
+
+
+def check_out_dir(options: CensusOptions, L: int) -> None:
+    """Refuse an ``--out`` whose chunks were planted otherwise than this census plants them (a planted
+    census next to an unplanted one, another kind, batch or seed): their branches trained other batches.
+
+    Raises:
+        UserError: the first chunk whose ``orders.json`` holds another planting.
+    """
+    for path in sorted(Path(options.out).glob("branches/k*/c*/orders.json")):
+        chunk_id = int(path.parent.name[1:])
+        have, want = (read_json(path) or {}).get("planted"), chunk_planting(options, L, chunk_id)
+        if have != want:
+            raise UserError(f"census: {options.out} holds chunk {chunk_id} with {_describe(have)}, and this census "
+                            f"trains it with {_describe(want)}; give the planted control an --out of its own")
 
 
 def branch_dir(out: Path, checkpoint: int, chunk_id: int) -> Path:
@@ -198,6 +239,8 @@ def chunk_orders(options: CensusOptions, L: int, K: int, chunk_id: int, run_orde
     if options.control == "recency":
         domains = computed["batch_domains"]
         named.update(recency_orders(domains, control_domain(domains, options.control_domain)))
+    if options.control == "planted":
+        named.update(planted_orders(L, int(computed["planted"]["index"])))
     return named
 
 
@@ -292,7 +335,11 @@ def run_census(options: CensusOptions) -> dict[str, Any]:
                 if chunk.size != L:
                     raise UserError(f"census: chunk {chunk.chunk_id} holds {chunk.size} batches, not L={L} (the end "
                                     "of a data epoch); pick other checkpoints")
-                data[(K, chunk.chunk_id)] = ChunkData(chunk.chunk_id, [ray.put(b) for b in chunk.batches],
+                batches = list(chunk.batches)
+                plant = chunk_planting(options, L, chunk.chunk_id)
+                if plant is not None and chunk.chunk_id < K + options.chunks:  # branched chunks only, not persist
+                    batches = plant_chunk(batches, plant)
+                data[(K, chunk.chunk_id)] = ChunkData(chunk.chunk_id, [ray.put(b) for b in batches],
                                                       info.run_orders.get(chunk.chunk_id, tuple(range(L))))
         # S and D3's orders of every branched chunk, at its checkpoint's weights.
         wanted = [(K, c) for K in Ks for c in range(K, K + options.chunks)
@@ -301,6 +348,7 @@ def run_census(options: CensusOptions) -> dict[str, Any]:
                 lambda a, kc: a.orders.remote(str(info.checkpoints[kc[0]]), data[kc], d3.influence, d3.solver,
                                               d3.solver_seed, snapshot_dtype, options.lookahead), wanted):
             K = next(k for k in Ks if str(info.checkpoints[k]) == computed["checkpoint"])
+            computed["planted"] = chunk_planting(options, L, computed["chunk_id"])
             write_json(branch_dir(options.out, K, computed["chunk_id"]) / "orders.json", computed)
         # The branches not on disk yet.
         tasks = []
@@ -308,7 +356,7 @@ def run_census(options: CensusOptions) -> dict[str, Any]:
             for c in range(K, K + options.chunks):
                 for order, names in branches_to_train(options, info, K, c):
                     compare = None
-                    if "run" in names and c == K and (c + 1) in info.checkpoints:
+                    if "run" in names and c == K and (c + 1) in info.checkpoints and options.control != "planted":
                         compare = str(info.checkpoints[c + 1])
                     persist = tuple(data[(K, c + 1 + t)] for t in range(options.persist))
                     tasks.append(BranchTask(checkpoint=str(info.checkpoints[K]), chunk=data[(K, c)], order=order,

@@ -47,11 +47,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="T: also evaluate after T more chunks (the run's orders) shared by all branches")
     parser.add_argument("--eval", action="append", default=[], metavar="FILE",
                         help="an extra held-out text file (one document a line; repeatable)")
-    parser.add_argument("--control", choices=("recency",), default=None,
+    parser.add_argument("--control", choices=("recency", "planted"), default=None,
                         help="a positive control with a known answer: recency (orders that train one domain's batches "
-                        "last must win on its held-out loss; reported with z)")
+                        "last must win on its held-out loss; reported with z) or planted (one batch of each branched "
+                        "chunk broken: its position must move the held-out loss; give it an --out of its own)")
     parser.add_argument("--control-domain", default=None,
                         help="the recency control's domain (default: per chunk, the one whose count per batch varies most)")
+    parser.add_argument("--planted-kind", choices=("shuffled", "repeated"), default="shuffled",
+                        help="the planted batch: shuffled (each sequence's tokens permuted, lengths and masks kept; "
+                        "default) or repeated (every real token one id)")
+    parser.add_argument("--planted-batch", type=int, default=None, metavar="I",
+                        help="plant the batch at stream index I (0..L-1) of every chunk (default: per chunk, from --seed)")
     parser.add_argument("--workers", type=int, default=2, help="census actors, each a one-rank engine (default 2)")
     parser.add_argument("--cpus-per-worker", type=float, default=1.0, help="Ray CPUs per census actor (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random orders (default 0)")
@@ -68,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
         num_checkpoints=args.num_checkpoints, warmup_chunks=args.warmup_chunks, chunks=args.chunks,
         random_orders=args.random_orders, all_orders=args.all_orders, lookahead=not args.no_lookahead,
         persist=args.persist, eval_files=list(args.eval), control=args.control,
-        control_domain=args.control_domain, workers=args.workers, cpus_per_worker=args.cpus_per_worker,
+        control_domain=args.control_domain, planted_kind=args.planted_kind, planted_batch=args.planted_batch,
+        workers=args.workers, cpus_per_worker=args.cpus_per_worker,
         seed=args.seed)
     info = load_run(options.run_dir)
     started = time.perf_counter()
@@ -83,7 +90,9 @@ def run(args: argparse.Namespace) -> int:
     setup = {"run_dir": str(options.run_dir), "schedule": info.cfg.schedule.type_name, "L": info.cfg.schedule.L,
              "checkpoints": checkpoints, "chunks": options.chunks, "random_orders": options.random_orders,
              "all_orders": options.all_orders, "lookahead": options.lookahead, "persist": options.persist,
-             "eval_files": options.eval_files, "control": options.control, "control_domain": options.control_domain}
+             "eval_files": options.eval_files, "control": options.control, "control_domain": options.control_domain,
+             "planted_kind": options.planted_kind if options.control == "planted" else None,
+             "planted_batch": options.planted_batch}
     report = write_report(options.out, command, setup)
     failed = sum(len(c["eval"]["failed"]) for c in report["chunks"].values())
     print(f"census report: {options.out / 'results.md'}{f' ({failed} failed branches)' if failed else ''}")

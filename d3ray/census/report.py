@@ -20,10 +20,19 @@ from typing import Any
 import numpy as np
 
 from d3ray.census.census import mean_loss, read_json
-from d3ray.census.stats import beats_median, pearson, rank_among, spearman, t_interval, z_score
+from d3ray.census.stats import (
+    beats_median,
+    half_of,
+    pearson,
+    position_effect,
+    rank_among,
+    spearman,
+    t_interval,
+    z_score,
+)
 
 MARKED = ("d3", "d3_reverse", "d3_alternate", "lookahead", "lookahead_reverse", "lookahead_alternate", "stream", "run",
-          "recency_last", "recency_first")
+          "recency_last", "recency_first", "planted_first", "planted_last")
 """The orders the report scores against the random ones (those a chunk has)."""
 
 
@@ -142,6 +151,74 @@ def recency_control(entries: dict[tuple[int, int], dict[str, Any]], domain: str 
     return out
 
 
+PLANTED_PLACED = ("d3", "d3_reverse", "lookahead", "lookahead_reverse", "planted_first", "planted_last")
+"""The orders whose placement of the planted batch the planted control reports."""
+
+
+def planted_control(entries: dict[tuple[int, int], dict[str, Any]], L: int) -> dict[str, Any]:
+    """The planted-batch control: per chunk (one batch planted, ``orders.json`` ``planted``), the held-out
+    loss against the planted batch's position (1..L) over the random orders (and ``perm_*``):
+    :func:`~d3ray.census.stats.position_effect` (Spearman, Pearson, early- and late-half means, the better
+    half), and where D3, its reverse, the look-ahead and the two control orders put the batch (position,
+    half, and z of their loss against the random orders). Across chunks: the mean Spearman and Pearson
+    and the mean late − early difference with 95% t-intervals; ``found`` when the Spearman interval
+    excludes 0 (the census sees the position effect), ``better`` its sign; the share of chunks where D3
+    put the batch in the half that chunk's random orders found better (``d3_better_side``) and in the
+    half the census found better across chunks (``d3_found_side``, only when found)."""
+    chunks: dict[str, Any] = {}
+    for (K, c), entry in sorted(entries.items()):
+        plant = entry["orders"].get("planted")
+        if not plant:
+            continue
+        index = int(plant["index"])
+        reference = [r for n, r in entry["branches"].items() if n.startswith(("random_", "perm_"))]
+        positions = [list(r["order"]).index(index) + 1 for r in reference]
+        losses = [mean_loss(r) for r in reference]
+        row: dict[str, Any] = {"planted_batch": index, "kind": plant["kind"], "positions": positions, "losses": losses,
+                               **position_effect(positions, losses, L)}
+        orders = dict(entry["orders"])
+        for name in ("d3", "lookahead"):  # computed but perhaps not trained (yet)
+            if orders.get(name) is not None:
+                orders[f"{name}_reverse"] = list(reversed(orders[name]))
+        for name in PLANTED_PLACED:
+            branch = entry["branches"].get(name)
+            order = branch["order"] if branch is not None else orders.get(name)
+            if order is None:
+                continue
+            position = list(order).index(index) + 1
+            loss = mean_loss(branch) if branch is not None else float("nan")
+            row[name] = {"position": position, "side": half_of(position, L), "loss": loss, "z": z_score(loss, losses)}
+        for name in ("d3", "d3_reverse", "lookahead"):
+            if name in row:
+                row[name]["better_side"] = None if row["better"] is None else row[name]["side"] == row["better"]
+        chunks[f"{K}/{c}"] = row
+    out: dict[str, Any] = {"chunks": chunks, "L": L, "n": len(chunks)}
+    for key in ("spearman", "pearson", "late_minus_early"):
+        mean, lo, hi = t_interval([r[key] for r in chunks.values()])
+        out[key] = {"mean": mean, "ci_low": lo, "ci_high": hi,
+                    "n": int(np.isfinite([r[key] for r in chunks.values()]).sum()) if chunks else 0}
+    rho = out["spearman"]
+    out["found"] = bool(math.isfinite(rho["ci_low"]) and (rho["ci_low"] > 0 or rho["ci_high"] < 0))
+    out["better"] = None if not math.isfinite(rho["mean"]) or rho["mean"] == 0 else (
+        "early" if rho["mean"] > 0 else "late")
+    for name in ("d3", "d3_reverse", "lookahead"):
+        per_chunk = [r[name]["better_side"] for r in chunks.values() if name in r and r[name]["better_side"] is not None]
+        sides = [r[name]["side"] for r in chunks.values() if name in r]
+        if not sides:
+            continue
+        out[name] = {"better_side": float(np.mean(per_chunk)) if per_chunk else float("nan"),
+                     "better_side_n": len(per_chunk),
+                     "found_side": float(np.mean([s == out["better"] for s in sides])) if out["found"] else float("nan"),
+                     "mean_position": float(np.mean([r[name]["position"] for r in chunks.values() if name in r])),
+                     "n": len(sides)}
+    for name in ("planted_first", "planted_last"):
+        zs = [r[name]["z"] for r in chunks.values() if name in r]
+        if zs:
+            mean, lo, hi = t_interval(zs)
+            out[name] = {"mean_z": mean, "ci_low": lo, "ci_high": hi, "n": int(np.isfinite(zs).sum())}
+    return out
+
+
 def _f(x: Any, digits: int = 4) -> str:
     return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{digits}f}"
 
@@ -174,6 +251,8 @@ def write_report(out: Path, command: str, setup: dict[str, Any]) -> dict[str, An
                                                "tensors": r["tensors"]})
     if setup.get("control") == "recency":
         report["control"] = {"recency": recency_control(entries, setup.get("control_domain"))}
+    if setup.get("control") == "planted":
+        report["control"] = {"planted": planted_control(entries, int(setup["L"]))}
     (out / "census.json").write_text(json.dumps(report, indent=1))
     plots = plot_checkpoints(out, entries)
     (out / "results.md").write_text(markdown(report, plots))
@@ -282,6 +361,9 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
             lines.append(f"| {key} | {r['domain']} | {_f(r['random_mean'])} | {_f(r['random_sd'], 5)} | "
                          f"{zr('recency_last')} | {zr('recency_first')} | {_f(r.get('d3', {}).get('z'), 2)} |")
         lines.append("")
+    planted = report.get("control", {}).get("planted")
+    if planted:
+        lines += planted_markdown(planted)
     if report["reproduction"]:
         lines += ["## Reproduction check", "",
                   "The run's own order from checkpoint K against the run's checkpoint K + 1 (weights):", ""]
@@ -305,3 +387,64 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
     lines.append("")
     lines += [f"![{p}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
+
+
+def planted_markdown(control: dict[str, Any]) -> list[str]:
+    """The "Positive control: planted batch" section of results.md."""
+    L, rho, pr, diff = control["L"], control["spearman"], control["pearson"], control["late_minus_early"]
+    kinds = sorted({r["kind"] for r in control["chunks"].values()})
+    lines = ["## Positive control: planted batch", "",
+             f"One batch of each branched chunk is planted ({', '.join(kinds) or '-'}: "
+             + ("each sequence's real tokens shuffled within it" if kinds == ["shuffled"] else
+                "every real token one id" if kinds == ["repeated"] else "tokens broken")
+             + "; lengths, padding and loss masks kept), and every order of the chunk, D3's included, trains the "
+             f"planted chunk. Over the random orders, the planted batch's position (1..{L}) against the held-out "
+             "loss: Spearman > 0 means the later it comes, the worse (it is better early; the expected answer for a "
+             "broken batch, whose harm the clean batches after it partly undo). The census must find a position "
+             "effect: the 95% t-interval of the mean Spearman across chunks excludes 0.", "",
+             "| across chunks | mean | 95% CI | chunks |", "|---|---|---|---|",
+             f"| Spearman(position, loss) | {_f(rho['mean'], 2)} | [{_f(rho['ci_low'], 2)}, {_f(rho['ci_high'], 2)}] | "
+             f"{rho['n']} |",
+             f"| Pearson(position, loss) | {_f(pr['mean'], 2)} | [{_f(pr['ci_low'], 2)}, {_f(pr['ci_high'], 2)}] | "
+             f"{pr['n']} |",
+             f"| late − early half, mean loss (nats) | {_f(diff['mean'], 5)} | [{_f(diff['ci_low'], 5)}, "
+             f"{_f(diff['ci_high'], 5)}] | {diff['n']} |"]
+    for name in ("planted_first", "planted_last"):
+        if name in control:
+            c = control[name]
+            lines.append(f"| {name} z (stream order, planted batch moved {name.split('_')[1]}) | {_f(c['mean_z'], 2)} | "
+                         f"[{_f(c['ci_low'], 2)}, {_f(c['ci_high'], 2)}] | {c['n']} |")
+    if control["found"]:
+        verdict = (f"**Control found**: the census sees the planted batch's position move the held-out loss; "
+                   f"it says the batch should go **{control['better']}** "
+                   + ("(as expected)." if control["better"] == "early" else "(against the expectation: early)."))
+    else:
+        verdict = ("**Control NOT found**: the interval of the mean Spearman includes 0 (or there are fewer than "
+                   "two chunks): the census does not see where a broken batch should go, so a null result of this "
+                   "census cannot be read as 'no order effect'.")
+    lines += ["", verdict, ""]
+    for name in ("d3", "d3_reverse", "lookahead"):
+        if name in control:
+            c = control[name]
+            found_side = (f"; in the half the census found better ({control['better']}) in {c['found_side']:.0%}"
+                          if control["found"] else "")
+            lines.append(f"- {name} put the planted batch at mean position {c['mean_position']:.1f} of {L}; in the "
+                         f"half that chunk's random orders found better in "
+                         + (f"{c['better_side']:.0%} of {c['better_side_n']} chunks" if c["better_side_n"] else "no chunk")
+                         + f"{found_side}.")
+    lines += ["", "| checkpoint/chunk | planted batch | orders | Spearman | Pearson | early mean | late mean | "
+                  "late − early | better | d3 position (half) | d3_reverse position | planted_first z | planted_last z |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for key, r in control["chunks"].items():
+        def pos(name: str, r: dict[str, Any] = r) -> str:
+            return "-" if name not in r else f"{r[name]['position']} ({r[name]['side']})"
+
+        def z(name: str, r: dict[str, Any] = r) -> str:
+            return "-" if name not in r else _f(r[name]["z"], 2)
+
+        lines.append(f"| {key} | {r['planted_batch']} | {r['n']} | {_f(r['spearman'], 2)} | {_f(r['pearson'], 2)} | "
+                     f"{_f(r['early_mean'])} | {_f(r['late_mean'])} | {_f(r['late_minus_early'], 5)} | "
+                     f"{r['better'] or '-'} | {pos('d3')} | {pos('d3_reverse')} | {z('planted_first')} | "
+                     f"{z('planted_last')} |")
+    lines.append("")
+    return lines

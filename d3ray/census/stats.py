@@ -72,3 +72,36 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     keep = np.isfinite(a) & np.isfinite(b)
     return pearson(rankdata(a[keep]), rankdata(b[keep]))
+
+
+def half_of(position: int, L: int) -> str:
+    """Which half of an order of L batches a 1-based ``position`` lies in: ``early`` (1 .. ⌊L/2⌋),
+    ``late`` (⌈L/2⌉+1 .. L), or ``middle`` (the centre of an odd L)."""
+    if position <= L // 2:
+        return "early"
+    return "late" if position > L - L // 2 else "middle"
+
+
+def position_effect(positions: Sequence[int], losses: Sequence[float], L: int) -> dict[str, float | int | str | None]:
+    """How the held-out loss moves with one batch's position (1..L) over orders of a chunk.
+
+    Returns:
+        ``{"n", "spearman", "pearson", "early_mean", "late_mean", "late_minus_early", "better"}``: the
+        correlations between position and loss over the finite pairs (> 0: the later the batch, the higher
+        the loss); the mean loss of the orders with the batch in the first and in the last half
+        (:func:`half_of`) and their difference; ``better`` = ``"early"`` when the Spearman correlation is
+        positive (the batch does least harm early), ``"late"`` when negative, None when 0 or undefined.
+    """
+    pos = np.asarray(positions, dtype=np.float64)
+    loss = np.asarray(losses, dtype=np.float64)
+    keep = np.isfinite(pos) & np.isfinite(loss)
+    pos, loss = pos[keep], loss[keep]
+    halves = np.asarray([half_of(int(p), L) for p in pos])
+    early = loss[halves == "early"] if len(pos) else loss
+    late = loss[halves == "late"] if len(pos) else loss
+    early_mean = float(early.mean()) if len(early) else float("nan")
+    late_mean = float(late.mean()) if len(late) else float("nan")
+    rho = spearman(pos, loss)
+    better = None if not math.isfinite(rho) or rho == 0 else ("early" if rho > 0 else "late")
+    return {"n": int(len(pos)), "spearman": rho, "pearson": pearson(pos, loss), "early_mean": early_mean,
+            "late_mean": late_mean, "late_minus_early": late_mean - early_mean, "better": better}
