@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from d3ray.bench.influence_fidelity import fidelity, median
 from d3ray.bench.influence_setup import (
     DEFAULT_DATA,
     load_corpus,
@@ -191,29 +192,6 @@ def _label(name: str, probes: int, shared: bool = False) -> str:
 
 
 # ---- fidelity ---------------------------------------------------------------------------------------
-def _offdiag(S: np.ndarray) -> np.ndarray:
-    return S[~np.eye(S.shape[0], dtype=bool)]
-
-
-def fidelity(S_est: np.ndarray, S_ref: np.ndarray) -> tuple[float | None, float | None]:
-    """(Spearman of off-diagonal entries, normalised regret of the exact order of S_est under S_ref)."""
-    from scipy.stats import spearmanr
-
-    from d3ray.solver.exact import solve_exact
-    from d3ray.solver.problem import ordering_cost
-
-    rho = None
-    if np.ptp(_offdiag(S_est)) > 0 and np.ptp(_offdiag(S_ref)) > 0:
-        rho = float(spearmanr(_offdiag(S_est), _offdiag(S_ref))[0])
-    best = solve_exact(S_ref)[1]
-    random_mean = 0.5 * float(np.maximum(S_ref, 0).sum())  # each pair violated with probability 1/2
-    if random_mean - best <= 0:
-        return rho, None
-    # An all-zero S carries no preference: the order falls back to the initial one.
-    order = np.arange(S_est.shape[0]) if not np.any(S_est) else solve_exact(S_est)[0]
-    return rho, (ordering_cost(S_ref, order) - best) / (random_mean - best)
-
-
 def _scores(S_est: np.ndarray, S_ref: np.ndarray, L: int) -> dict[int, list[tuple]]:
     """Fidelity on the whole chunk and on each of its halves: {L: [...], L/2: [...]}."""
     half = L // 2
@@ -374,22 +352,17 @@ def _merge_scores(per_chunk: list[dict[int, list[tuple]]]) -> dict[int, dict[str
     return out
 
 
-def _median(values) -> float | None:
-    values = [v for v in values if v is not None]
-    return float(np.median(values)) if values else None
-
-
 def _record(model, snap, label, pre, frac, pfilter, look, sketch) -> dict[str, Any]:
     rec: dict[str, Any] = {
         "model": model, "steps": snap.steps, "train_loss": snap.loss, "variant": label,
         "preconditioner": pre, "sample_fraction": frac, "param_filter": pfilter,
     }
     for L, acc in look.items():
-        rec[f"spearman_L{L}"] = _median(acc["spearman"])
-        rec[f"regret_L{L}"] = _median(acc["regret"])
+        rec[f"spearman_L{L}"] = median(acc["spearman"])
+        rec[f"regret_L{L}"] = median(acc["regret"])
         rec[f"regret_L{L}_all"] = acc["regret"]
     for L, acc in sketch.items():
-        rec[f"sketch_regret_L{L}"] = _median(acc["regret"])
+        rec[f"sketch_regret_L{L}"] = median(acc["regret"])
     return rec
 
 

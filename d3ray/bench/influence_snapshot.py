@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from d3ray.bench.influence_fidelity import fidelity, median
 from d3ray.bench.influence_setup import TrainedWeights, mixed_batches
 
 DTYPES = ("float32", "bfloat16")
@@ -54,7 +55,6 @@ def _chunk_S(worker: Any, parts: list[Any], batches: list[np.ndarray], ids: list
 
 def bench_snapshot_dtype(model: str, cfg_dict: dict, snap: TrainedWeights, corpus: Any, args: Any) -> dict[str, Any]:
     """One record: bytes and S fidelity of a bfloat16 vs a float32 snapshot of ``snap``."""
-    from d3ray.bench.influence import _median, fidelity
     from d3ray.influence.config import InfluenceConfig, SjltSketchConfig
     from d3ray.influence.estimators import LookaheadConfig
     from d3ray.influence.worker import InfluenceWorker
@@ -93,11 +93,11 @@ def bench_snapshot_dtype(model: str, cfg_dict: dict, snap: TrainedWeights, corpu
         "seconds": time.perf_counter() - started,
     }
     for key in ("bf16", "seed", "look_fp32", "look_bf16"):
-        rec[f"spearman_{key}"] = _median([rho for rho, _ in per_chunk[key]])
-        rec[f"regret_{key}"] = _median([regret for _, regret in per_chunk[key]])
+        rec[f"spearman_{key}"] = median([rho for rho, _ in per_chunk[key]])
+        rec[f"regret_{key}"] = median([regret for _, regret in per_chunk[key]])
         rec[f"regret_{key}_all"] = [regret for _, regret in per_chunk[key]]
-    rec["rel_error_bf16"] = _median(per_chunk["rel_bf16"])
-    rec["rel_error_seed"] = _median(per_chunk["rel_seed"])
+    rec["rel_error_bf16"] = median(per_chunk["rel_bf16"])
+    rec["rel_error_seed"] = median(per_chunk["rel_seed"])
     return rec
 
 

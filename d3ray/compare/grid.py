@@ -228,7 +228,7 @@ def execute_run(cfg: RunConfig, init_from: str | None = None) -> dict[str, Any]:
     from d3ray.train.run import run_pretrain
 
     if init_from is not None:
-        from d3ray.train.command import start_from
+        from d3ray.export.start import start_from
 
         cfg = start_from(cfg, Path(init_from))
     return run_pretrain(cfg)

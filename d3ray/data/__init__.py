@@ -24,7 +24,7 @@ from d3ray.data.skills import check_answer, generate_suite, write_sft_suite
 
 _LAZY = {
     "document_dataset": "d3ray.data.pipeline",
-    "iter_packed_sequences": "d3ray.data.pipeline",
+    "iter_packed_sequences": "d3ray.data.stream",
     "CorpusSource": "d3ray.data.stream",
     "ensure_tokenizer": "d3ray.data.tokenizer",
     "load_tokenizer": "d3ray.data.tokenizer",

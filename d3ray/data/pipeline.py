@@ -49,7 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from d3ray.data.config import DEFAULT_DOMAIN_KEY, DEFAULT_TEXT_KEY, DataConfig
-from d3ray.data.packing import PackedSequence, TokenBlock
+from d3ray.data.packing import TokenBlock
 from d3ray.data.records import BadRecordLedger, Document, iter_documents
 from d3ray.data.shards import Shard, ShardPosition
 
@@ -315,32 +315,3 @@ def iter_token_blocks(
         if ledger.total >= cfg.min_records_before_check and ledger.total > checked_at:
             ledger.check(cfg.max_bad_fraction)
             checked_at = ledger.total
-
-
-def iter_packed_sequences(
-    shards: Sequence[Shard], cfg: DataConfig, tokenizer_dir: str | Path, ledger: BadRecordLedger | None = None
-) -> Iterator[PackedSequence]:
-    """Stream the corpus once as packed (T,) sequences, deterministically, with stable sample ids.
-
-    Sequences come in stream order (a sequence is emitted when its domain's buffer fills); after
-    the last shard each domain's partial sequence follows, in ``cfg.domains`` order. This is one
-    epoch of :class:`~d3ray.data.stream.CorpusSource` (which also resumes and reads per domain).
-
-    Args:
-        shards: the shards, in order (see :func:`~d3ray.data.shards.list_shards`).
-        cfg: the data config (seq_len, layout, domains, bad-record limit, actor pool size).
-        tokenizer_dir: the tokenizer (see :func:`~d3ray.data.tokenizer.ensure_tokenizer`).
-        ledger: receives the bad-record counts; pass one to read them afterwards.
-
-    Raises:
-        BadRecordFractionError: more than ``cfg.max_bad_fraction`` of the records are bad (checked
-            once ``cfg.min_records_before_check`` records are read, and at the end).
-    """
-    from d3ray.data.stream import CorpusSource
-
-    source = CorpusSource(list(shards), cfg, str(tokenizer_dir), ledger if ledger is not None else BadRecordLedger())
-    reader = source.reader(epoch=0, lane=None, state=None)
-    try:
-        yield from reader
-    finally:
-        reader.close()

@@ -41,6 +41,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -532,3 +533,30 @@ class Lane:
     def state(self) -> dict[str, Any]:
         """JSON-safe state: ``{"epoch", "reader": SequenceReader.state(), "shuffle": ...}``."""
         return {"epoch": self.epoch, "reader": self._reader.state(), "shuffle": self._shuffle.state()}
+
+
+def iter_packed_sequences(
+    shards: Sequence[Shard], cfg: DataConfig, tokenizer_dir: str | Path, ledger: BadRecordLedger | None = None
+) -> Iterator[PackedSequence]:
+    """Stream the corpus once as packed (T,) sequences, deterministically, with stable sample ids.
+
+    Sequences come in stream order (a sequence is emitted when its domain's buffer fills); after
+    the last shard each domain's partial sequence follows, in ``cfg.domains`` order. This is one
+    epoch of :class:`CorpusSource` (which also resumes and reads per domain).
+
+    Args:
+        shards: the shards, in order (see :func:`~d3ray.data.shards.list_shards`).
+        cfg: the data config (seq_len, layout, domains, bad-record limit, actor pool size).
+        tokenizer_dir: the tokenizer (see :func:`~d3ray.data.tokenizer.ensure_tokenizer`).
+        ledger: receives the bad-record counts; pass one to read them afterwards.
+
+    Raises:
+        BadRecordFractionError: more than ``cfg.max_bad_fraction`` of the records are bad (checked
+            once ``cfg.min_records_before_check`` records are read, and at the end).
+    """
+    source = CorpusSource(list(shards), cfg, str(tokenizer_dir), ledger if ledger is not None else BadRecordLedger())
+    reader = source.reader(epoch=0, lane=None, state=None)
+    try:
+        yield from reader
+    finally:
+        reader.close()

@@ -5,14 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-#: The embedded ``d3ray finetune`` default: the tiny model on the generated skill suite (digit copy →
-#: addition → multiplication, sorting, reversal, word problems), response-only loss, exact match on the
-#: held-out split at the end. Dotted overrides and ``--config`` files apply on top.
-FINETUNE_DEFAULTS = [
-    "--name=d3ray-sft-tiny", "--sft={seq_len: 64}", "--data.seq_len=64", "--data.tokenizer.vocab_size=512",
-    "--train.steps=240", "--train.lr=0.001", "--train.warmup_steps=20", "--train.eval_every=0",
-    "--eval.max_sequences_per_domain=32", "--eval.tasks=sft={suite}/test",
-]
+from d3ray.train.defaults import FINETUNE_DEFAULTS
 
 #: The config sections ``--help`` lists (kept equal to RunConfig's sections by a test).
 CONFIG_SECTIONS = {
@@ -75,6 +68,7 @@ def run_finetune_command(args: argparse.Namespace) -> int:
     from d3ray.config import RunConfig
     from d3ray.config_loading import load_config
     from d3ray.errors import UserError
+    from d3ray.export.start import start_from
     from d3ray.train.run import run_pretrain
 
     defaults = [] if args.config else FINETUNE_DEFAULTS
@@ -93,26 +87,3 @@ def print_final_checkpoint(final: dict) -> None:
     the run directory itself works too: it means its newest checkpoint)."""
     if final.get("checkpoint"):
         print(f"checkpoint: {final['checkpoint']}", flush=True)
-
-
-def start_from(cfg, source: Path):
-    """The run, starting from ``source`` (a run directory means its newest checkpoint): exported once
-    into ``<run_dir>/init_model`` (a Hugging Face directory with its tokenizer), which the model and the
-    tokenizer then load from."""
-    import dataclasses
-
-    from d3ray.errors import DataPathError
-    from d3ray.export.load import resolve_model_source
-    from d3ray.export.write import export_model
-
-    if not source.exists():
-        raise DataPathError(f"--from {source}: no such checkpoint, run directory or model directory")
-    resolved = resolve_model_source(source)
-    if resolved != source:
-        print(f"--from {source}: starting from its newest checkpoint {resolved}", flush=True)
-    target = cfg.run_dir / "init_model"
-    if not (target / "config.json").exists():
-        export_model(resolved, target)
-    model = dataclasses.replace(cfg.model, pretrained_path=str(target))
-    tokenizer = dataclasses.replace(cfg.data.tokenizer, path=str(target))
-    return dataclasses.replace(cfg, model=model, data=dataclasses.replace(cfg.data, tokenizer=tokenizer))

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from d3ray.errors import UserError
-from d3ray.train.config import TrainConfig
+
+if TYPE_CHECKING:  # TrainConfig.__post_init__ imports this module: a type only, no import circle
+    from d3ray.train.config import TrainConfig
 
 # DeepSpeed keys (dotted paths) that d3ray's typed fields set -> the field to set instead. A user value for
 # one of them must equal the generated one (or be "auto", as in Hugging Face Trainer DeepSpeed JSONs).

@@ -35,9 +35,8 @@ class PreRunContext:
 def sub_run_config(ctx: PreRunContext, name: str, output_dir: Path, steps: int, mixture: dict[str, float],
                    overrides: list[str]) -> Any:
     """A short run of the main run's model and data with a ``static`` mixture (its own run directory)."""
-    from d3ray.config import RunConfig
     from d3ray.config_loading import apply_overrides, from_dict, to_dict
-    from d3ray.schedule.mix.configs import StaticMixConfig
+    from d3ray.schedule.mix.base_configs import StaticMixConfig
 
     cfg = ctx.cfg
     schedule = StaticMixConfig(weights=dict(mixture), domains=list(ctx.domains), L=cfg.schedule.L,
@@ -45,7 +44,7 @@ def sub_run_config(ctx: PreRunContext, name: str, output_dir: Path, steps: int, 
     sub = dataclasses.replace(cfg, name=name, output_dir=str(output_dir), data=ctx.data, schedule=schedule,
                               train=dataclasses.replace(cfg.train, steps=steps, eval_every=0))
     if overrides:
-        sub = from_dict(RunConfig, apply_overrides(to_dict(sub), overrides))
+        sub = from_dict(type(cfg), apply_overrides(to_dict(sub), overrides))  # RunConfig (d3ray.config: a layer above)
     return sub
 
 

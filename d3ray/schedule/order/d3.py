@@ -25,7 +25,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,7 +37,6 @@ from d3ray.influence.worker import InfluenceWorker
 from d3ray.lora import LoraConfig
 from d3ray.run_files import route_logs_to_run_dir
 from d3ray.schedule.chunker import Chunk
-from d3ray.schedule.order.configs import D3ScheduleConfig
 from d3ray.schedule.scheduler import (
     BuildContext,
     ChunkDecision,
@@ -48,6 +47,9 @@ from d3ray.schedule.scheduler import (
 )
 from d3ray.solver import ordering_cost, row_sum_order
 from d3ray.solver.pool import SolverWorker
+
+if TYPE_CHECKING:  # configs imports this module in D3ScheduleConfig.build: a type only, no import circle
+    from d3ray.schedule.order.configs import D3ScheduleConfig
 
 logger = logging.getLogger(__name__)
 

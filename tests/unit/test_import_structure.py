@@ -1,0 +1,336 @@
+"""The import structure of d3ray (issue #30): no import circle between its modules, and imports that only
+go down the stages of the pipeline (a module imports from its own layer or a lower one, never a higher one),
+as Ray's ``test_circular_imports.py`` guards Ray's.
+
+The graph is read from the source (``ast``), without importing anything: every ``import d3ray...`` and
+``from d3ray... import ...`` (and relative import) of every ``d3ray/**/*.py``, at module level and inside
+functions and methods alike (an import deferred into a function that points back at its importer is still
+a circle: it only moves the failure to the first call). ``from pkg import name`` is an edge to ``pkg.name``
+when that is a module, else to ``pkg``. Not edges: the implicit import of a package's ``__init__`` before its
+submodules (Python orders that itself), and names looked up with ``importlib`` from strings (``d3ray.cli``'s
+command table, ``d3ray.data``'s lazy attributes). Imports under ``if TYPE_CHECKING:`` never run, so they
+cannot close a circle and the cycle check skips them; they are still dependencies, so the layering counts them.
+
+The checkers are plain functions over dicts, tested on small synthetic graphs first (each check must be
+able to fail).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = "d3ray"
+
+# ---- the layers, lowest first ------------------------------------------------------------------------------
+# A module belongs to the layer of the longest entry that names it or a package above it (the root package
+# ``d3ray`` only by its exact name). Each stage's ``command.py`` is command-line wiring and sits at the top.
+COMMANDS = ["d3ray.bench.command", "d3ray.census.command", "d3ray.compare.command", "d3ray.data.command",
+            "d3ray.eval.command", "d3ray.export.command", "d3ray.plot.command", "d3ray.schedule.command",
+            "d3ray.solver.command", "d3ray.train.command", "d3ray.tune.command"]
+LAYERS: list[tuple[str, list[str]]] = [
+    # errors, the config loader and the registry every stage's config uses, run-directory files, fault drills
+    ("foundation", ["d3ray", "d3ray.errors", "d3ray.registry", "d3ray.config_loading", "d3ray.run_files",
+                    "d3ray.faults"]),
+    # the stages that need no model: shards -> sequences (Ray Data), and the ordering solvers (pure math)
+    ("data and solvers", ["d3ray.data", "d3ray.solver"]),
+    # model presets and builder, LoRA, the per-sequence LM loss
+    ("model", ["d3ray.model", "d3ray.lora", "d3ray.lm_loss"]),
+    # influence estimators and sketches (pure) + the InfluenceWorker, which builds a model
+    ("influence", ["d3ray.influence"]),
+    # chunker, schedulers, ScheduleCoordinator: data + influence + solvers + model actors
+    ("schedule", ["d3ray.schedule"]),
+    # the held-out evaluation harness (data only; run by the trainers during training, and by `d3ray eval`)
+    ("evaluation", ["d3ray.eval"]),
+    # the run: RunConfig composes the stage configs; cluster env; Ray Train + DeepSpeed trainers, driver
+    ("train", ["d3ray.config", "d3ray.cluster", "d3ray.train"]),
+    # after a run: checkpoint -> Hugging Face directory (follows train's `latest` pointer), run-directory plots
+    ("after the run", ["d3ray.export", "d3ray.plot"]),
+    # studies over whole runs: Tune sweeps, scheduler comparisons (which use sweeps and plots), census, benches
+    ("studies", ["d3ray.tune", "d3ray.compare", "d3ray.census", "d3ray.bench"]),
+    # the command line: `d3ray` and each stage's subcommands, `d3ray config show`
+    ("command line", ["d3ray.cli", "d3ray.__main__", "d3ray.config_docs", *COMMANDS]),
+]
+
+# Imports from a lower layer to a higher one that stay, each with its reason: (importer, imported module).
+ALLOWED_UPWARD: dict[tuple[str, str], str] = {
+    ("d3ray.schedule.mix.prerun", "d3ray.export.write"): (
+        "DoReMi's reference given as a d3ray checkpoint is exported once before the run (prepare_doremi_reference). "
+        "The driver could hand export_model in with PreRunContext, as it hands in run_pretrain; that changes "
+        "d3ray/train/run.py's pre_run_context."),
+}
+
+# Import circles that stay, each with its reason: frozenset of the modules of the circle -> reason. None.
+ALLOWED_CYCLES: dict[frozenset[str], str] = {}
+
+
+# ---- the graph -------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    imported: str
+    path: str
+    line: int
+    in_function: bool = False
+    type_only: bool = False
+
+    def where(self) -> str:
+        how = " (type only)" if self.type_only else " (in a function)" if self.in_function else ""
+        return f"{self.path}:{self.line} {self.importer} imports {self.imported}{how}"
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def package_modules(root: Path = REPO, package: str = PACKAGE) -> dict[str, Path]:
+    """Module name -> file, for every .py file of the package."""
+    return {module_name(p, root): p for p in sorted((root / package).rglob("*.py"))}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _owner(name: str, modules: Iterable[str]) -> str | None:
+    """The longest known module that is ``name`` or a package above it."""
+    known = set(modules)
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports_of(module: str, source: str, path: str, modules: Iterable[str], is_package: bool = False,
+               package: str = PACKAGE) -> list[Import]:
+    """The imports of ``package`` modules in ``source`` (module ``module``), one per imported module and line."""
+    known = set(modules)
+    found: list[Import] = []
+
+    def visit(node: ast.AST, in_function: bool, type_only: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                visit(child, True, type_only)
+            elif isinstance(child, ast.If) and _is_type_checking(child.test):
+                for stmt in child.body:
+                    visit(ast.Module(body=[stmt], type_ignores=[]), in_function, True)
+                for stmt in child.orelse:
+                    visit(ast.Module(body=[stmt], type_ignores=[]), in_function, type_only)
+            elif isinstance(child, (ast.Import, ast.ImportFrom)):
+                for target in _targets(child):
+                    if target == package or target.startswith(package + "."):
+                        owner = _owner(target, known)
+                        if owner and owner != module and not any(
+                                i.imported == owner and i.line == child.lineno for i in found):
+                            found.append(Import(module, owner, path, child.lineno, in_function, type_only))
+            else:
+                visit(child, in_function, type_only)
+
+    def _targets(node: ast.Import | ast.ImportFrom) -> list[str]:
+        if isinstance(node, ast.Import):
+            return [alias.name for alias in node.names]
+        base = node.module or ""
+        if node.level:
+            here = module.split(".") if is_package else module.split(".")[:-1]
+            here = here[:len(here) - (node.level - 1)]
+            base = ".".join(here + ([node.module] if node.module else []))
+        return [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+
+    visit(ast.parse(source, filename=path), False, False)
+    return found
+
+
+def package_imports(root: Path = REPO, package: str = PACKAGE) -> list[Import]:
+    modules = package_modules(root, package)
+    out: list[Import] = []
+    for name, path in modules.items():
+        out += imports_of(name, path.read_text(encoding="utf-8"), str(path.relative_to(root)), modules,
+                          path.name == "__init__.py", package)
+    return out
+
+
+# ---- the checks ------------------------------------------------------------------------------------------
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components of more than one module (or a module importing itself)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    nodes = sorted(set(graph) | {m for targets in graph.values() for m in targets})
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in graph.get(v, ()):
+                out.append(sorted(component))
+
+    for v in nodes:
+        if v not in index:
+            connect(v)
+    return out
+
+
+def a_cycle(graph: dict[str, set[str]], component: list[str]) -> list[str]:
+    """One shortest circle through the component's first module: [a, b, ..., a]."""
+    start, members = component[0], set(component)
+    parent: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph.get(v, ())):
+                if w not in members:
+                    continue
+                if w == start:
+                    path = [v]
+                    while path[-1] != start:
+                        path.append(parent[path[-1]])
+                    return [start, *reversed(path[:-1]), start] if v != start else [start, start]
+                if w not in parent:
+                    parent[w] = v
+                    nxt.append(w)
+        frontier = nxt
+    raise AssertionError(f"no circle through {start} in {component}")
+
+
+def cycle_report(imports: list[Import], allowed: dict[frozenset[str], str] = ALLOWED_CYCLES) -> list[str]:
+    """One message per import circle not in ``allowed``, naming each import of one circle (file:line)."""
+    runtime = [i for i in imports if not i.type_only]
+    graph: dict[str, set[str]] = {}
+    for i in runtime:
+        graph.setdefault(i.importer, set()).add(i.imported)
+    problems = []
+    for component in strongly_connected(graph):
+        if frozenset(component) in allowed:
+            continue
+        cycle = a_cycle(graph, component)
+        steps = [next(i for i in runtime if (i.importer, i.imported) == (a, b)) for a, b in zip(cycle, cycle[1:], strict=False)]
+        problems.append(f"import circle {' -> '.join(cycle)} (component: {', '.join(component)}):\n    "
+                        + "\n    ".join(s.where() for s in steps))
+    return problems
+
+
+def layer_of(module: str, layers: list[tuple[str, list[str]]] = LAYERS, package: str = PACKAGE) -> int | None:
+    best: tuple[int, int] | None = None  # (length of the entry, layer)
+    for n, (_, entries) in enumerate(layers):
+        for entry in entries:
+            hit = module == entry or (entry != package and module.startswith(entry + "."))
+            if hit and (best is None or len(entry) > best[0]):
+                best = (len(entry), n)
+    return None if best is None else best[1]
+
+
+def upward_report(imports: list[Import], layers: list[tuple[str, list[str]]] = LAYERS,
+                  allowed: dict[tuple[str, str], str] = ALLOWED_UPWARD, package: str = PACKAGE) -> list[str]:
+    """One message per import from a lower layer to a higher one that ``allowed`` does not list."""
+    problems = []
+    for i in imports:
+        src, dst = layer_of(i.importer, layers, package), layer_of(i.imported, layers, package)
+        if src is None or dst is None or dst <= src or (i.importer, i.imported) in allowed:
+            continue
+        problems.append(f"{i.where()}: layer '{layers[src][0]}' imports from the higher layer '{layers[dst][0]}'")
+    return problems
+
+
+# ---- the checkers themselves, on synthetic graphs ----------------------------------------------------------
+def _imp(a: str, b: str, line: int = 1, **kw) -> Import:
+    return Import(a, b, f"{a.replace('.', '/')}.py", line, **kw)
+
+
+def test_checker_reads_module_function_type_only_and_relative_imports():
+    modules = ["p", "p.a", "p.b", "p.c", "p.sub", "p.sub.d"]
+    source = (
+        "from __future__ import annotations\n"
+        "import os\n"
+        "from typing import TYPE_CHECKING\n"
+        "import p.b\n"                             # 4: a module
+        "from p import c, thing\n"                 # 5: a submodule (c) and a name of the package (p)
+        "if TYPE_CHECKING:\n"
+        "    from p.sub.d import D\n"              # 7: type only
+        "def f():\n"
+        "    from .sub import d\n"                 # 9: relative, in a function
+        "class K:\n"
+        "    def m(self):\n"
+        "        import p.sub.d.nothing\n"         # 12: a name below a module: that module
+    )
+    got = {(i.imported, i.line, i.in_function, i.type_only) for i in imports_of("p.a", source, "p/a.py", modules,
+                                                                                  package="p")}
+    assert got == {("p.b", 4, False, False), ("p.c", 5, False, False), ("p", 5, False, False),
+                   ("p.sub.d", 7, False, True), ("p.sub.d", 9, True, False), ("p.sub.d", 12, True, False)}
+
+
+def test_checker_finds_a_two_module_circle_and_names_its_lines():
+    imports = [_imp("p.a", "p.b", 3), _imp("p.b", "p.a", 7, in_function=True), _imp("p.b", "p.c", 8)]
+    (problem,) = cycle_report(imports, {})
+    assert "p.a -> p.b -> p.a" in problem and "p/a.py:3" in problem and "p/b.py:7" in problem
+    assert cycle_report(imports, {frozenset({"p.a", "p.b"}): "reason"}) == []
+    assert cycle_report([_imp("p.a", "p.b"), _imp("p.b", "p.c"), _imp("p.a", "p.c")], {}) == []  # a DAG
+    assert cycle_report([_imp("p.a", "p.b"), _imp("p.b", "p.a", type_only=True)], {}) == []  # never runs
+    (longer,) = cycle_report([_imp("p.a", "p.b"), _imp("p.b", "p.c"), _imp("p.c", "p.a")], {})
+    assert "p.a -> p.b -> p.c -> p.a" in longer
+
+
+def test_checker_finds_an_upward_import_and_places_modules_by_longest_entry():
+    layers = [("low", ["p", "p.low"]), ("high", ["p.high"]), ("top", ["p.low.command"])]
+    assert [layer_of(m, layers, "p") for m in ("p", "p.low.x", "p.high.y", "p.low.command", "p.other")] == [
+        0, 0, 1, 2, None]
+    up = _imp("p.low.x", "p.high.y", 12)
+    (problem,) = upward_report([up, _imp("p.high.y", "p.low.x"), _imp("p.low.command", "p.high.y")], layers, {}, "p")
+    assert problem.startswith("p/low/x.py:12 p.low.x imports p.high.y") and "'low'" in problem and "'high'" in problem
+    assert upward_report([up], layers, {("p.low.x", "p.high.y"): "reason"}, "p") == []
+
+
+# ---- the checks on d3ray ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def imports() -> list[Import]:
+    return package_imports()
+
+
+def test_no_import_circle_between_d3ray_modules(imports):
+    problems = cycle_report(imports)
+    assert not problems, "\n".join(problems)
+
+
+def test_every_d3ray_module_has_a_layer():
+    missing = [m for m in package_modules() if layer_of(m) is None]
+    assert not missing, f"modules in no layer (add them to LAYERS in this file): {missing}"
+
+
+def test_d3ray_imports_go_down_the_layers(imports):
+    problems = upward_report(imports)
+    assert not problems, "\n".join(problems)
+
+
+def test_allowed_exceptions_are_still_needed(imports):
+    """An exception that no import needs any more is removed from the list (keep the lists short)."""
+    edges = {(i.importer, i.imported) for i in imports}
+    assert set(ALLOWED_UPWARD) <= edges, set(ALLOWED_UPWARD) - edges
+    runtime: dict[str, set[str]] = {}
+    for i in imports:
+        if not i.type_only:
+            runtime.setdefault(i.importer, set()).add(i.imported)
+    assert set(ALLOWED_CYCLES) <= {frozenset(c) for c in strongly_connected(runtime)}
+    assert all(layer_of(a) is not None and layer_of(b) is not None and layer_of(a) < layer_of(b)
+               for a, b in ALLOWED_UPWARD)
