@@ -210,7 +210,8 @@ def check_out_dir(options: CensusOptions, L: int) -> None:
         have, want = (read_json(path) or {}).get("planted"), chunk_planting(options, L, chunk_id)
         if have != want:
             raise UserError(f"census: {options.out} holds chunk {chunk_id} with {_describe(have)}, and this census "
-                            f"trains it with {_describe(want)}; give the planted control an --out of its own")
+                            f"trains it with {_describe(want)}; pass the --control / --planted-* / --seed that directory "
+                            "was made with, or give this census an --out of its own")
 
 
 def branch_dir(out: Path, checkpoint: int, chunk_id: int) -> Path:

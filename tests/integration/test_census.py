@@ -1,6 +1,7 @@
 """``d3ray census`` end to end on a real tiny run: the run's own order from checkpoint 1 reproduces the
 run's checkpoint 2 (2 DeepSpeed ranks there, one rank with gradient accumulation here); the orders
 differ in outcome; a rerun trains nothing, and with ``--control recency`` only the control's two orders;
+``--control planted`` (an --out of its own) trains every order on the chunk with its batch 0 shuffled;
 bad input stops before training with one line."""
 
 from __future__ import annotations
@@ -73,6 +74,24 @@ def test_census_random_run_own_order_reproduces_next_checkpoint_and_rerun_skips(
     assert row["recency_last"]["loss"] != row["recency_first"]["loss"]
     assert "## Positive control: recency" in (out / "results.md").read_text()
 
+    # The planted control (an --out of its own): batch 0 of the chunk shuffled, every order trains the planted chunk.
+    planted_out = tmp_path / "planted"
+    assert main([*args[:3], str(planted_out), *args[4:], "--no-lookahead", "--control", "planted",
+                 "--planted-batch", "0"]) == 0
+    capsys.readouterr()
+    cdir = planted_out / "branches" / "k00001" / "c00001"
+    assert json.loads((cdir / "orders.json").read_text())["planted"] == {"kind": "shuffled", "index": 0, "seed": [0, 1]}
+    planted = {p.stem: json.loads(p.read_text()) for p in cdir.glob("*.json") if p.stem != "orders"}
+    assert {"planted_first", "planted_last"} <= {n for b in planted.values() for n in b["names"]}
+    # the stream order trains batch 0 first: its first step saw the shuffled batch, its others the same batches
+    assert planted["stream"]["train_losses"][0] != branches["stream"]["train_losses"][0]
+    control = json.loads((planted_out / "census.json").read_text())
+    assert control["reproduction"] == []  # the run trained the unplanted chunk
+    row = control["control"]["planted"]["chunks"]["1/1"]
+    assert row["planted_batch"] == 0 and row["n"] == 2 and 1 <= row["d3"]["position"] <= 4
+    assert row["planted_first"]["position"] == 1 and row["planted_last"]["position"] == 4
+    assert "## Positive control: planted batch" in (planted_out / "results.md").read_text()
+
     # Bad input: one line, exit code 2, nothing trained.
     bare = tmp_path / "bare"
     bare.mkdir()
@@ -81,7 +100,8 @@ def test_census_random_run_own_order_reproduces_next_checkpoint_and_rerun_skips(
                         "past the end of the run's stream"),
                        (["census", str(run_dir), "--out", str(tmp_path / "x"), "--eval", str(tmp_path / "none.txt")],
                         "no such file"),
-                       (["census", str(bare), "--out", str(tmp_path / "x")], "no checkpoint")):
+                       (["census", str(bare), "--out", str(tmp_path / "x")], "no checkpoint"),
+                       ([*args, "--control", "planted"], "an --out of its own")):
         assert main(bad) == 2
         err = capsys.readouterr().err
         assert words in err and err.count("\n") == 2, err  # the error line and the --debug hint
