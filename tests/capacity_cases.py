@@ -14,7 +14,8 @@ def hand_measured(device: str = "cpu (test)") -> MeasuredConstants:
     1,000-byte snapshot (put 1 s, get 0.5 s), a 2-process all-reduce (10 floats 4 ms, 1,000 floats 10 ms)."""
     timing = ModelTiming(
         model="hand", preset="hand", config=CONFIG, params=304, batch_size=8, seq_len=3, scored_sequences=1,
-        step_sec=2.0, influence_sec_per_batch=0.5, stats_sec_per_batch=0.2, sketch_sec_per_batch=0.1, load_sec=0.01,
+        step_sec=2.0, influence_sec_per_batch=0.5, stats_sec_per_batch=0.2, potential_sec_per_batch=0.01, drift_sec=0.02,
+        load_sec=0.01,
         repeats={},
     )
     return MeasuredConstants(

@@ -31,8 +31,10 @@ __all__ = [
     "Architecture",
     "activation_bytes",
     "architecture_of",
+    "largest_tensor",
     "matmul_params",
     "param_count",
+    "tied_copy",
     "train_flops_per_token",
 ]
 
@@ -90,6 +92,22 @@ def param_count(arch: Architecture) -> int:
     h_kv = h * arch.kv_heads // arch.heads
     per_layer = 2 * h * h + 2 * h * h_kv + 3 * h * f + 2 * h  # q, o; k, v; gate, up, down; 2 RMSNorms
     return V * h * (1 if arch.tied_embeddings else 2) + n * per_layer + h
+
+
+def tied_copy(arch: Architecture) -> int:
+    """Numbers a state dict holds beyond N: a tied lm_head is a second key of the same V·h tensor, and
+    ``state_dict()`` (what the trainers ship, ``d3ray.train.snapshot.snapshot_weights``) keeps both."""
+    return arch.vocab * arch.hidden if arch.tied_embeddings else 0
+
+
+def largest_tensor(arch: Architecture) -> int:
+    """Numbers in the largest parameter tensor: the embedding V·h, an MLP matrix h·f, GPT-2's fused
+    c_attn h·3h or its position table T·h."""
+    h = arch.hidden
+    candidates = [arch.vocab * h, h * arch.ffn]
+    if arch.family == "gpt2":
+        candidates += [3 * h * h, arch.seq_len * h]
+    return max(candidates)
 
 
 def matmul_params(arch: Architecture) -> int:

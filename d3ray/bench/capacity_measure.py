@@ -1,16 +1,20 @@
 """Constants of the capacity model measured on this machine, side by side in one process, with real parts.
 
-- Per bench model (``tiny``, ``small``: the d3ray presets of ``influence_setup.PRESET_OF``, at the bench
-  tokenizer's vocabulary, batches of real RedPajama text from ``mixed_batches``): the time of one
-  training step (forward + backward + torch AdamW with the trainers' hyperparameters, float32), then
-  the influence seconds per scored batch of an :class:`~d3ray.influence.worker.InfluenceWorker` with the
-  default :class:`~d3ray.influence.config.InfluenceConfig` (first_order, adam, sjlt k = 3500, control
-  variate, s = 1/8) at those very weights and AdamW state, through ``sketch_batches`` with a reference as
-  the pipeline passes it, split by its own timers into forward+backward and sketch.
-- Memory copy bandwidth (to express the per-coordinate work as bytes, for the GPU projection).
-- Snapshot bytes/s: ``ray.put`` of a 16-bit weights dict (+ m, v) on a local Ray (``init_local_ray``), then
-  ``ray.get`` + copy in an actor (another process), as ``InfluenceWorker.load_weights`` does.
-- All-reduce: 2 gloo processes (``torch.multiprocessing``), the k-vector payload and a 16 MB one.
+- Per bench model (``tiny``, ``small``: the d3ray presets of ``influence_setup.PRESET_OF``; or a preset
+  name such as ``gpt2-124m``; at the bench tokenizer's vocabulary, batches of real RedPajama text from
+  ``mixed_batches``): the time of one training step (forward + backward + torch AdamW with the trainers'
+  hyperparameters, float32), then the influence seconds per scored batch of an
+  :class:`~d3ray.influence.worker.InfluenceWorker` with the default
+  :class:`~d3ray.influence.config.InfluenceConfig` (``drift``, ``residual: none``, adam, s = 1/8) at those
+  weights and AdamW state, shipped as the trainers ship them (bfloat16 state dict and m, v), through
+  ``sketch_batches`` as the pipeline calls it; split into the forward+backward (its own timer), and, timed
+  apart on the same tensors, the potential f_i = ⟨g_i, w⟩ (``batch_potential``) and the drift w
+  (``drift_direction``, once per chunk).
+- Memory copy bandwidth (bw_mem of the model's O(N) work).
+- Snapshot bytes/s: ``ray.put`` of a bfloat16 state dict + AdamW state on a local Ray (``init_local_ray``),
+  then ``ray.get`` + widening to float32 in an actor (another process), as ``InfluenceWorker.load_weights``
+  and ``AdamWState.tensors`` do.
+- All-reduce: 2 gloo processes (``torch.multiprocessing``), a scalar-sized payload and a 16 MB one.
 
 Times are the least of their repeats (the least disturbed: the box may be shared); every repeat is kept in
 the JSON.
@@ -23,7 +27,7 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -35,7 +39,7 @@ __all__ = ["AllReduceTiming", "MeasuredConstants", "ModelTiming", "SnapshotTimin
 
 @dataclass(frozen=True, kw_only=True)
 class ModelTiming:
-    """One bench model: a training step and the influence of one scored batch, same process, same weights."""
+    """One bench model: a training step and the default influence of one scored batch, same process, same weights."""
 
     model: str
     preset: str
@@ -48,27 +52,34 @@ class ModelTiming:
     scored_sequences: int
     step_sec: float
     influence_sec_per_batch: float
-    """``sketch_batches`` seconds per batch, weights loading excluded (``load_sec``)."""
+    """``sketch_batches`` seconds per batch of a call of ``batches_per_call`` batches, weights loading
+    excluded (``load_sec``): the per-call m, v widening and w are spread over its batches."""
     stats_sec_per_batch: float
     """Of which the estimator's forward+backward of the scored sequences."""
-    sketch_sec_per_batch: float
-    """Of which the projection P·[g; u] and the control variate."""
+    potential_sec_per_batch: float = 0.0
+    """f_i = ⟨g_i, w⟩ of one batch (``batch_potential``), timed apart."""
+    drift_sec: float = 0.0
+    """w (``drift_direction``), once per chunk, timed apart."""
     load_sec: float
-    """``load_weights`` of the snapshot (once per chunk per actor)."""
+    """``load_weights`` of the bfloat16 snapshot (once per chunk per actor)."""
+    batches_per_call: int = 1
     repeats: dict[str, list[float]]
 
     @property
-    def coordinate_sec(self) -> float:
-        """Seconds per coordinate beyond the forward+backward (AdamW direction, sketch, control variate)."""
-        return max(0.0, self.influence_sec_per_batch - self.stats_sec_per_batch) / self.params
+    def potential_sec_per_coordinate(self) -> float:
+        return self.potential_sec_per_batch / self.params
 
     @property
-    def sketch_sec_per_coordinate(self) -> float:
-        return self.sketch_sec_per_batch / self.params
+    def drift_sec_per_coordinate(self) -> float:
+        return self.drift_sec / self.params
 
     @property
     def influence_step_ratio(self) -> float:
         return self.influence_sec_per_batch / self.step_sec
+
+    def actor_share(self, L: int) -> float:
+        """One actor's measured seconds for a chunk of L batches (load + L batches) / L training steps."""
+        return (self.load_sec + L * self.influence_sec_per_batch) / (L * self.step_sec)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,13 +155,14 @@ def measured_from_dict(raw: dict[str, Any]) -> MeasuredConstants:
 # ---- training step and influence ----------------------------------------------------------------------
 def time_model(model: str, corpus: Any, batch_size: int, seq_len: int, device: str, repeats: int,
                batches_per_call: int, seed: int = 0) -> ModelTiming:
-    """Train ``repeats + 2`` steps (the first warms up), then time the influence worker at those weights."""
+    """Train ``repeats + 2`` steps (the first warms up), then time the default influence at those weights."""
     import torch
 
     from d3ray.bench.influence_setup import PRESET_OF, mixed_batches, train_config
     from d3ray.influence.config import InfluenceConfig
+    from d3ray.influence.drift import batch_potential, drift_direction
     from d3ray.influence.optimizer import AdamWState
-    from d3ray.influence.worker import InfluenceWorker
+    from d3ray.influence.worker import InfluenceWorker, sample_rows
     from d3ray.model import ModelConfig, build_model, model_config_dict
 
     preset = PRESET_OF.get(model, model)  # a bench name (tiny, small) or a d3ray preset (gpt2-124m)
@@ -176,33 +188,51 @@ def time_model(model: str, corpus: Any, batch_size: int, seq_len: int, device: s
         _sync(device)
         steps.append(time.perf_counter() - t0)
     steps = steps[1:]
+    # As the trainers ship a snapshot (d3ray.train.snapshot.ship_tensor, bfloat16 default): the state dict
+    # (a tied lm_head twice) and m, v as CPU bfloat16 torch tensors.
+    bf16 = lambda t: t.detach().to(device="cpu", dtype=torch.bfloat16, copy=True)  # noqa: E731
+    state = AdamWState.from_torch(opt, net.named_parameters(), max_grad_norm=tcfg.grad_clip)
     parts = [
-        {k: v.detach().float().cpu().numpy() for k, v in net.state_dict().items()},
-        AdamWState.from_torch(opt, net.named_parameters(), max_grad_norm=tcfg.grad_clip),
+        {k: bf16(v) for k, v in net.state_dict().items()},
+        replace(state, exp_avg={k: bf16(torch.from_numpy(v)) for k, v in state.exp_avg.items()},
+                exp_avg_sq={k: bf16(torch.from_numpy(v)) for k, v in state.exp_avg_sq.items()}),
     ]
-    config = InfluenceConfig(device=device)
+    del net, opt, state
+    config = InfluenceConfig(device=device)  # the default: drift, residual none, adam, s = 1/8
     worker = InfluenceWorker(cfg_dict, config)
     ids = list(range(batches_per_call))
-    first = worker.sketch_batches(parts, mixed_batches(corpus.heldout, batches_per_call, batch_size, rng), ids,
-                                  return_means=True)  # warm-up; its means are the next calls' reference
-    per: dict[str, list[float]] = {"step_sec": steps, "influence": [], "stats": [], "sketch": [], "load": []}
+    worker.sketch_batches(parts, mixed_batches(corpus.heldout, batches_per_call, batch_size, rng), ids)  # warm-up
+    per: dict[str, list[float]] = {"step_sec": steps, "influence": [], "stats": [], "load": [], "potential": [],
+                                   "drift": []}
     for r in range(repeats):
         batches = mixed_batches(corpus.heldout, batches_per_call, batch_size, rng)
         call_ids = [batches_per_call * (r + 1) + i for i in ids]
-        out = worker.sketch_batches(parts, batches, call_ids, reference=first.means, return_means=True)
-        t = out.timings
+        t = worker.sketch_batches(parts, batches, call_ids).timings
         per["influence"].append((t["influence/total_sec"] - t["influence/load_sec"]) / batches_per_call)
         per["stats"].append(t["influence/stats_sec"] / batches_per_call)
-        per["sketch"].append(t["influence/sketch_sec"] / batches_per_call)
         per["load"].append(t["influence/load_sec"])
-    from d3ray.influence.worker import sample_rows
-
+    # The potential and w timed apart, on the worker's own tensors (sketch_chunk has no timer for them).
+    params = worker.leaves()
+    moments = worker.optimizer.tensors(params, params[next(iter(params))].device, worker.dtype)
+    batch = mixed_batches(corpus.heldout, 1, batch_size, rng)[0]
+    grad = config.estimator.statistics(worker.objective(batch, 0), params, worker.generator(0)).grad
+    for _ in range(repeats + 1):
+        _sync(device)
+        t0 = time.perf_counter()
+        w = drift_direction(params, worker.optimizer, moments)
+        _sync(device)
+        t1 = time.perf_counter()
+        batch_potential(grad, w)
+        _sync(device)
+        per["drift"].append(t1 - t0)
+        per["potential"].append(time.perf_counter() - t1)
+    per["drift"], per["potential"] = per["drift"][1:], per["potential"][1:]
     return ModelTiming(
         model=model, preset=preset, config=cfg_dict, params=worker.num_params, batch_size=batch_size,
         seq_len=seq_len, scored_sequences=len(sample_rows(batch_size, config.sample_fraction, 0, 0)),
         step_sec=min(steps), influence_sec_per_batch=min(per["influence"]),
-        stats_sec_per_batch=min(per["stats"]), sketch_sec_per_batch=min(per["sketch"]),
-        load_sec=min(per["load"]), repeats=per,
+        stats_sec_per_batch=min(per["stats"]), potential_sec_per_batch=min(per["potential"]),
+        drift_sec=min(per["drift"]), load_sec=min(per["load"]), batches_per_call=batches_per_call, repeats=per,
     )
 
 
@@ -231,29 +261,42 @@ def copy_bytes_per_sec(device: str, numbers: int = 1 << 25, repeats: int = 5) ->
 
 # ---- snapshot through Ray -----------------------------------------------------------------------------
 class SnapshotReader:
-    """Actor: ``ray.get`` a snapshot's parts and copy every array, as ``InfluenceWorker.load_weights`` does."""
+    """Actor: ``ray.get`` a snapshot's parts and widen every tensor to float32 on the host, as
+    ``InfluenceWorker.load_weights`` and ``AdamWState.tensors`` do before the host→device copy."""
 
     def read(self, parts: list) -> tuple[int, float]:
         import ray
+        import torch
+
+        from d3ray.influence.optimizer import AdamWState
 
         t0 = time.perf_counter()
         total = 0
         for value in ray.get(parts):
-            for array in value.values():
-                total += np.array(array).nbytes  # np.array copies: ray.get arrays are read-only views
+            tensors = (list(value.exp_avg.values()) + list(value.exp_avg_sq.values())
+                       if isinstance(value, AdamWState) else list(value.values()))
+            for t in tensors:
+                x = t if torch.is_tensor(t) else torch.from_numpy(np.array(t))
+                total += x.numel() * x.element_size()
+                x.to(torch.float32)
         return total, time.perf_counter() - t0
 
 
-def snapshot_parts(config: dict[str, Any], seed: int = 0) -> list[dict[str, np.ndarray]]:
-    """A 16-bit snapshot of a model built from ``config``: its weights, and m, v of the same shapes."""
+def snapshot_parts(config: dict[str, Any], seed: int = 0) -> list[Any]:
+    """A snapshot as the trainers ship it by default (``d3ray.train.snapshot``, bfloat16): the state dict
+    (a tied lm_head twice) and an :class:`AdamWState` with m, v of the parameters' shapes."""
     import torch
 
+    from d3ray.influence.optimizer import AdamWState
     from d3ray.model import ModelConfig, build_model
 
     torch.manual_seed(seed)
-    named = build_model(config, ModelConfig()).named_parameters()  # tied lm_head once, as the trainers ship it
-    weights = {k: v.detach().to(torch.float16).numpy() for k, v in named}
-    return [weights, {k: v.copy() for k, v in weights.items()}, {k: v.copy() for k, v in weights.items()}]
+    model = build_model(config, ModelConfig())
+    weights = {k: v.detach().to(torch.bfloat16).clone() for k, v in model.state_dict().items()}
+    moments = {k: v.detach().to(torch.bfloat16).clone() for k, v in model.named_parameters()}
+    state = AdamWState(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, step=1, exp_avg=moments,
+                       exp_avg_sq={k: v.abs() for k, v in moments.items()})
+    return [weights, state]
 
 
 def time_snapshot(parts: list[dict[str, np.ndarray]], repeats: int) -> SnapshotTiming:

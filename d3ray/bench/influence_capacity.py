@@ -1,14 +1,16 @@
-"""``d3ray bench influence-capacity``: how much influence a run can afford, from 124M to 70B parameters.
+"""``d3ray bench influence-capacity``: what the default influence costs, from this CPU to 70B parameters.
 
-1. Measures the constants on this machine (``capacity_measure``): step time of the tiny and small GPT-2,
-   influence seconds per scored batch (default InfluenceConfig), sketch seconds per coordinate, snapshot
-   bytes/s through Ray, a k-float gloo all-reduce.
+1. Measures the constants on this machine (``capacity_measure``): for the tiny and small GPT-2 and the
+   124M preset (at the bench vocabulary), the step time and the default estimator's figures (``drift``,
+   ``residual: none``: the gradient of the scored sequence and one full-dimension dot product per batch,
+   w once per chunk), bfloat16 snapshot bytes/s through Ray, memory copy bandwidth, a gloo all-reduce.
 2. Feeds them to the capacity model (``capacity_model``, pure): per architecture and trainer GPU count,
-   snapshot mode (memory per influence actor, bytes per chunk, publish time, the fewest actors that keep
-   the trainer wait under 2%) and in-trainer sharded mode (k-vector bytes, extra memory per rank, wait,
-   the largest sample_fraction under 2%). Once on this machine's own constants (the measured models on 2
-   ranks), then for GPT-2 124M, Llama 1B, 7B, 70B on a GPU (``capacity_devices``): projected from spec
-   sheets and stated assumptions, or from ``gpu_constants.json`` that ``bench/gpu_check.sh`` writes on a GPU.
+   the cost of one chunk phase by phase (publish, transfer, host→device, w, forward+backward and
+   potential per batch) and the influence actor's share of the chunk's training time; snapshot mode (memory
+   per actor, the fewest actors that keep the trainer wait under 2%) and in-trainer sharded mode. Once on
+   this machine's own constants (the measured models on 2 ranks), then for GPT-2 124M, Llama 1B, 7B, 70B on
+   a GPU (``capacity_devices``): projected from spec sheets and stated assumptions, or from
+   ``gpu_constants.json`` that ``bench/gpu_check.sh`` writes on a GPU.
 3. Prints the tables (``~`` marks a figure that rests on a projected constant) and writes JSON (``--out``).
 """
 
@@ -22,12 +24,21 @@ from pathlib import Path
 from typing import Any
 
 from d3ray.bench.capacity_arch import ARCHITECTURES, Architecture, param_count
-from d3ray.bench.capacity_model import DeviceConstants, InfluenceLoad, in_trainer_plan, snapshot_plan
+from d3ray.bench.capacity_model import (
+    ESTIMATORS,
+    POTENTIAL_BYTES,
+    DeviceConstants,
+    InfluenceLoad,
+    chunk_coordinate_bytes,
+    chunk_cost,
+    in_trainer_plan,
+    snapshot_plan,
+)
 from d3ray.bench.influence_setup import DEFAULT_DATA
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_TRAIN_GPUS", "add_arguments", "print_plans", "run"]
+__all__ = ["DEFAULT_TRAIN_GPUS", "add_arguments", "print_chunk_costs", "print_plans", "run"]
 
 #: Trainer GPUs per architecture when ``--train-gpus`` is not given: one node, one node, 8 and 64 nodes.
 DEFAULT_TRAIN_GPUS = {"gpt2-124m": 8, "llama-1b": 8, "llama-7b": 64, "llama-70b": 512}
@@ -39,16 +50,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, help="write constants and tables as JSON here")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="SlimPajama-layout sample (train/, validation/)")
     parser.add_argument("--workdir", type=Path, default=Path("runs/bench_influence_capacity"), help="tokenizer cache")
-    parser.add_argument("--models", default="tiny,small", help="measured models: tiny, small or a d3ray preset name")
+    parser.add_argument("--models", default="tiny,small,gpt2-124m",
+                        help="measured models: tiny, small or a d3ray preset name (at the bench vocabulary)")
     parser.add_argument("--batch-size", type=int, default=8, help="sequences per measured batch")
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--vocab", type=int, default=1024, help="BPE vocabulary trained on the sample")
-    parser.add_argument("--repeats", type=int, default=3, help="timed repeats of every measurement (median)")
-    parser.add_argument("--batches-per-call", type=int, default=4, help="batches per timed influence call")
+    parser.add_argument("--repeats", type=int, default=2, help="timed repeats of every measurement (least kept)")
+    parser.add_argument("--batches-per-call", type=int, default=8, help="batches per timed influence call (a chunk)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads in this process (0 = default)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda: where the model constants are measured")
-    parser.add_argument("--snapshot-presets", default="gpt2-small,gpt2-124m",
-                        help="presets whose 16-bit weights + m + v go through ray.put/get (the largest sets the rate)")
+    parser.add_argument("--snapshot-presets", default="gpt2-124m",
+                        help="presets whose bfloat16 state dict + m + v go through ray.put/get (the largest sets the rate)")
     parser.add_argument("--skip-allreduce", action="store_true", help="no gloo all-reduce (two spawned processes)")
     parser.add_argument("--gpu", default="h100,h200", help="GPUs of the projection, comma list of h100, h200, a100")
     parser.add_argument("--measured", type=Path, help="reuse the measured constants of an earlier --out JSON")
@@ -56,14 +68,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="measured GPU constants (bench/gpu_check.sh); used when the file exists")
     parser.add_argument("--write-gpu-constants", type=Path,
                         help="on a GPU (--device cuda): write the measured GPU constants here")
-    parser.add_argument("--coordinate-bytes", type=float,
-                        help="what-if for the projection: memory bytes per coordinate of the O(N) influence work "
-                             "(default: the measured copy-equivalent)")
+    parser.add_argument("--influence-mfu", type=float,
+                        help="what-if for the projection: the influence forward+backward's share of the bf16 peak "
+                             "(default: the float32 worker on the fp32 peak)")
     parser.add_argument("--train-gpus", type=int, help=f"trainer GPUs for every architecture (default {DEFAULT_TRAIN_GPUS})")
     parser.add_argument("--cpu-ranks", type=int, default=2, help="trainer ranks of the model on this machine")
+    parser.add_argument("--estimator", default="drift", choices=ESTIMATORS,
+                        help="priced estimator: drift (the default, residual none), drift_sketch, first_order")
     parser.add_argument("--L", type=int, default=8, help="batches per chunk")
     parser.add_argument("--sample-fraction", type=float, default=0.125)
-    parser.add_argument("--k", type=int, default=3500)
+    parser.add_argument("--k", type=int, default=16384, help="sketch size (sketched estimators only)")
+    parser.add_argument("--snapshot-dtype", default="bfloat16", choices=("bfloat16", "float32"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
     from d3ray.bench import capacity_devices as devices
     from d3ray.bench import capacity_measure as measure
 
-    load = InfluenceLoad(L=args.L, sample_fraction=args.sample_fraction, k=args.k)
+    load = InfluenceLoad(estimator=args.estimator, L=args.L, sample_fraction=args.sample_fraction, k=args.k,
+                         snapshot_bytes_per_value=2 if args.snapshot_dtype == "bfloat16" else 4)
     if args.measured:
         raw = json.loads(args.measured.read_text())["measured"]
         measured, snapshots = measure.measured_from_dict(raw), {}
@@ -80,13 +96,14 @@ def run(args: argparse.Namespace) -> int:
         measured, snapshots = _measure(args, load)
     report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items() if k != "func"},
                               "load": asdict(load), "measured": _measured_dict(measured, snapshots)}
-    print_measured(measured, snapshots)
+    print_measured(measured, snapshots, load.L)
 
     cpu_rows = [_plans(devices.timing_architecture(t), load, devices.cpu_constants(measured, t), args.cpu_ranks)
                 for t in measured.models]
     shapes = sorted({f"B={t.batch_size}, T={t.seq_len}" for t in measured.models})
     print(f"\n== the model on this machine's constants ({args.cpu_ranks} trainer ranks, {'; '.join(shapes)}, "
-          f"L={load.L}; measured constants, modelled placement)")
+          f"L={load.L}, {load.estimator}; measured constants, modelled placement)")
+    print_chunk_costs(cpu_rows, projected=False)
     print_plans(cpu_rows, projected=False)
     report["this_machine"] = cpu_rows
 
@@ -98,10 +115,13 @@ def run(args: argparse.Namespace) -> int:
         rows = [_plans(arch, load, gpu, args.train_gpus or DEFAULT_TRAIN_GPUS[name])
                 for name, arch in ARCHITECTURES.items()]
         projected = bool(gpu.projected_fields)
-        print(f"\n== {gpu.name}: L={load.L}, s={load.sample_fraction}, k={load.k}, first_order + adam, wait "
-              f"target {load.wait_target:.0%}" + ("; ~ = rests on a projected constant" if projected else ""))
+        sketch = f", k={load.k}" if load.sketches else " (exact potential, nothing sketched)"
+        print(f"\n== {gpu.name}: L={load.L}, s={load.sample_fraction}, {load.estimator} + adam{sketch}, "
+              f"{args.snapshot_dtype} snapshots, wait target {load.wait_target:.0%}"
+              + ("; ~ = rests on a projected constant" if projected else ""))
         for field_name, source in gpu.provenance.items():
             print(f"   {field_name:<26} {getattr(gpu, field_name):<12.4g} {source}")
+        print_chunk_costs(rows, projected=projected)
         print_plans(rows, projected=projected)
         report["gpus"][gpu.name] = {"device": devices.jsonable(asdict(gpu)), "projected_fields": gpu.projected_fields,
                                     "rows": rows}
@@ -142,8 +162,8 @@ def _measure(args: argparse.Namespace, load: InfluenceLoad) -> tuple[Any, dict[s
         notes.append("all-reduce skipped (--skip-allreduce): the in-trainer rows of this machine assume free collectives")
     else:
         print("== all-reduce, 2 gloo processes", flush=True)
-        kfloats = load.statistics * load.L * (load.k + load.control_variate_columns)
-        allreduce = measure.time_allreduce([kfloats, 1 << 22], repeats=10 * args.repeats)
+        small = load.statistics * load.k if load.sketches else 2  # one f_i (float64) per batch, or a projection
+        allreduce = measure.time_allreduce([small, 1 << 22], repeats=10 * args.repeats)
     measured = measure.MeasuredConstants(
         device=_device_name(args.device), threads=torch.get_num_threads(), memory_bytes=_memory_bytes(args.device),
         copy_bytes_per_sec=measure.copy_bytes_per_sec(args.device), models=timings,
@@ -157,6 +177,7 @@ def _plans(arch: Architecture, load: InfluenceLoad, dev: DeviceConstants, ranks:
     snap = snapshot_plan(arch, load, dev, ranks)
     out = {
         "model": arch.name, "params": param_count(arch), "ranks": ranks,
+        "chunk_cost": asdict(chunk_cost(arch, load, dev, ranks)),
         "snapshot": asdict(snap) | {"memory_floor_total": snap.memory_floor.total,
                                     "memory_as_coded_total": snap.memory_as_coded.total},
     }
@@ -178,7 +199,7 @@ def _gpu_devices(args: argparse.Namespace, measured: Any) -> list[DeviceConstant
     if args.gpu_constants and args.gpu_constants.is_file():
         print(f"GPU constants from {args.gpu_constants}")
         return [devices.load_device(args.gpu_constants)]
-    return [devices.projected_gpu(kind, measured, args.coordinate_bytes) for kind in kinds]
+    return [devices.projected_gpu(kind, measured, args.influence_mfu) for kind in kinds]
 
 
 def _gpu_kind(device_name: str, fallback: str) -> str:
@@ -220,8 +241,10 @@ def _memory_bytes(device: str) -> float:
 def _measured_dict(m: Any, snapshots: dict[str, Any]) -> dict[str, Any]:
     out = asdict(m)
     for row, t in zip(out["models"], m.models, strict=True):
-        row.update(coordinate_sec=t.coordinate_sec, sketch_sec_per_coordinate=t.sketch_sec_per_coordinate,
-                   influence_step_ratio=t.influence_step_ratio)
+        row.update(potential_sec_per_coordinate=t.potential_sec_per_coordinate,
+                   drift_sec_per_coordinate=t.drift_sec_per_coordinate, influence_step_ratio=t.influence_step_ratio,
+                   potential_model_sec=POTENTIAL_BYTES * t.params / m.copy_bytes_per_sec,
+                   drift_model_sec=chunk_coordinate_bytes(InfluenceLoad()) * t.params / m.copy_bytes_per_sec)
     out["snapshots"] = {p: asdict(s) | {"put_bytes_per_sec": s.put_bytes_per_sec, "get_bytes_per_sec": s.get_bytes_per_sec,
                                         "bytes_per_sec": s.bytes_per_sec} for p, s in snapshots.items()}
     if m.allreduce:
@@ -246,27 +269,49 @@ def _count(n: int) -> str:
     return f"{n / 1e9:.3g}B" if n >= 1e9 else f"{n / 1e6:.3g}M"
 
 
-def print_measured(m: Any, snapshots: dict[str, Any]) -> None:
-    """The measured constants, one line per model, snapshot and collective."""
-    print(f"\n== measured on {m.device}, {m.threads} torch thread(s)")
-    print(f"{'model':<8}{'d':>11}{'B x T':>8}{'step s':>9}{'infl s/batch':>13}{'ratio':>7}{'fwd+bwd s':>11}"
-          f"{'sketch s':>10}{'c_coord ns':>12}{'sketch ns/coord':>17}{'load s':>8}")
+def print_measured(m: Any, snapshots: dict[str, Any], L: int = 8) -> None:
+    """The measured constants, one line per model, snapshot and collective; the potential and w beside what
+    the model prices them at (their bytes at the measured copy bandwidth)."""
+    print(f"\n== measured on {m.device}, {m.threads} torch thread(s); the default influence (drift, residual none)")
+    print(f"{'model':<10}{'d':>12}{'B x T':>8}{'step s':>9}{'infl s/batch':>13}{'ratio':>7}{'fwd+bwd s':>11}"
+          f"{'potential ms':>13}{'(model)':>9}{'w ms':>8}{'(model)':>9}{'load s':>8}{f'actor share L={L}':>19}")
     for t in m.models:
-        print(f"{t.model:<8}{t.params:>11,}{f'{t.batch_size}x{t.seq_len}':>8}{t.step_sec:>9.4f}"
+        pot_model = POTENTIAL_BYTES * t.params / m.copy_bytes_per_sec
+        w_model = chunk_coordinate_bytes(InfluenceLoad()) * t.params / m.copy_bytes_per_sec
+        print(f"{t.model:<10}{t.params:>12,}{f'{t.batch_size}x{t.seq_len}':>8}{t.step_sec:>9.4f}"
               f"{t.influence_sec_per_batch:>13.4f}{t.influence_step_ratio:>7.2f}{t.stats_sec_per_batch:>11.4f}"
-              f"{t.sketch_sec_per_batch:>10.4f}{t.coordinate_sec * 1e9:>12.1f}{t.sketch_sec_per_coordinate * 1e9:>17.1f}"
-              f"{t.load_sec:>8.4f}")
+              f"{t.potential_sec_per_batch * 1e3:>13.2f}{pot_model * 1e3:>9.2f}{t.drift_sec * 1e3:>8.2f}"
+              f"{w_model * 1e3:>9.2f}{t.load_sec:>8.4f}{t.actor_share(L):>19.1%}")
     for preset, s in (snapshots or {"largest": m.snapshot}).items():
-        print(f"snapshot {preset} (16-bit weights + m + v, {_bytes(s.bytes)}): ray.put {s.put_bytes_per_sec / 1e9:.2f} GB/s, "
-              f"ray.get + copy in an actor {s.get_bytes_per_sec / 1e9:.2f} GB/s, both {s.bytes_per_sec / 1e9:.2f} GB/s")
+        print(f"snapshot {preset} (bfloat16 state dict + m + v, {_bytes(s.bytes)}): ray.put {s.put_bytes_per_sec / 1e9:.2f} "
+              f"GB/s, ray.get + widening to fp32 in an actor {s.get_bytes_per_sec / 1e9:.2f} GB/s, both "
+              f"{s.bytes_per_sec / 1e9:.2f} GB/s")
     if m.allreduce:
         sizes = ", ".join(f"{n:,} floats {sec * 1e3:.2f} ms" for n, sec in sorted(m.allreduce.sec_by_floats.items()))
         print(f"all-reduce, {m.allreduce.world_size} gloo processes: {sizes} (bus {m.allreduce.bytes_per_sec / 1e9:.2f} GB/s)")
-    biggest = max(m.models, key=lambda t: t.params)
-    print(f"memory copy {m.copy_bytes_per_sec / 1e9:.2f} GB/s (read + write): the per-coordinate influence work of "
-          f"{biggest.model} = {biggest.coordinate_sec * m.copy_bytes_per_sec:.0f} copy-equivalent bytes")
+    print(f"memory copy {m.copy_bytes_per_sec / 1e9:.2f} GB/s (read + write): bw_mem of the O(N) work")
     for note in m.notes:
         print(f"note: {note}")
+
+
+def print_chunk_costs(rows: list[dict[str, Any]], projected: bool) -> None:
+    """One chunk, phase by phase, one actor scoring all L batches (``chunk_cost``)."""
+    p = "~" if projected else ""
+    sec = lambda x: f"{p}{_num(x)}"  # noqa: E731
+    ms = lambda x: f"{p}{_num(x * 1e3)}"  # noqa: E731
+    _table(
+        ["chunk cost", "params", "W", "step s", "chunk s", "snapshot", "publish s", "transfer s", "h2d s", "w ms",
+         "fwd+bwd s/batch", "potential ms/batch", "actor s/chunk", "actor share", "batch/step", "infl/train GPU-s",
+         "actor mem floor / as coded"],
+        [[r["model"], _count(r["params"]), str(r["ranks"]), sec(c["step_sec"]), sec(c["chunk_train_sec"]),
+          _bytes(r["snapshot"]["bytes_per_chunk"]), sec(c["publish_sec"]), sec(c["transfer_sec"]),
+          sec(c["host_to_device_sec"]), ms(c["drift_sec"]), sec(c["fwd_bwd_sec"]), ms(c["coordinate_sec"]),
+          sec(c["actor_sec"]), f"{p}{c['actor_share']:.1%}", f"{p}{c['batch_step_ratio']:.2f}x",
+          f"{p}{c['gpu_seconds_ratio']:.2%}",
+          f"{_bytes(r['snapshot']['memory_floor_total'])} / {_bytes(r['snapshot']['memory_as_coded_total'])}"]
+         for r in rows for c in [r["chunk_cost"]]],
+        ["" for _ in rows],
+    )
 
 
 def _table(headers: list[str], rows: list[list[str]], notes: list[str]) -> None:
@@ -295,7 +340,7 @@ def print_plans(rows: list[dict[str, Any]], projected: bool) -> None:
         [r["snapshot"]["reason"] for r in rows],
     )
     _table(
-        ["in-trainer", "W", "k-vec/chunk", "ZeRO-3/rank", "extra mem", "wait s", "wait", "max s",
+        ["in-trainer", "W", "out/chunk", "ZeRO-3/rank", "extra mem", "wait s", "wait", "max s",
          "| per chunk: ZeRO-3/rank", "extra mem", "wait", "max s"],
         [[r["model"], str(r["ranks"]), _bytes(t["kvector_bytes_per_chunk"]), _bytes(t["zero3_bytes_per_chunk"]),
           p + _bytes(t["extra_memory_total"]), sec(t["wait_sec"]), pct(t["wait_fraction"]),

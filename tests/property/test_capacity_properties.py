@@ -1,4 +1,5 @@
-"""Monotonicity of the capacity model, and its two searches against brute force (Hypothesis)."""
+"""Monotonicity of the capacity model, the default estimator against the sketched ones, and its two
+searches against brute force (Hypothesis)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,18 @@ from hypothesis import strategies as st
 
 from d3ray.bench.capacity_arch import Architecture, activation_bytes, param_count
 from d3ray.bench.capacity_model import (
+    ESTIMATORS,
     DeviceConstants,
     InfluenceLoad,
+    actor_memory_as_coded,
     actor_memory_floor,
+    batch_coordinate_bytes,
+    chunk_cost,
     in_trainer_extra_memory,
     in_trainer_plan,
     in_trainer_wait_sec,
     scored_sequences,
+    snapshot_bytes,
     snapshot_plan,
     snapshot_wait_sec,
     train_step_sec,
@@ -42,14 +48,16 @@ def architectures(draw) -> Architecture:
 rates = st.floats(1e3, 1e12)
 devices = st.builds(
     DeviceConstants, name=st.just("drawn"), memory_bytes=st.floats(1e3, 1e15), peak_flops=rates,
-    mfu_train=st.floats(0.05, 1.0), mfu_influence=st.floats(0.05, 1.0), coordinate_sec=st.floats(0, 1e-6),
+    mfu_train=st.floats(0.05, 1.0), mfu_influence=st.floats(0.05, 1.0),
+    mfu_in_trainer=st.none() | st.floats(0.05, 1.0), memory_bytes_per_sec=rates,
     put_bytes_per_sec=rates, get_bytes_per_sec=rates, host_device_bytes_per_sec=rates, object_bytes_per_sec=rates,
     intra_node_bytes_per_sec=rates, inter_node_bytes_per_sec=rates, devices_per_node=st.integers(1, 8),
     collective_latency_sec=st.floats(0, 1e-3),
 )
 loads = st.builds(
-    InfluenceLoad, L=st.integers(1, 16), sample_fraction=st.floats(0.01, 1.0), k=st.integers(1, 4000),
-    wait_target=st.floats(0.001, 0.5),
+    InfluenceLoad, estimator=st.sampled_from(ESTIMATORS), L=st.integers(1, 16), sample_fraction=st.floats(0.01, 1.0),
+    k=st.integers(1, 4000), wait_target=st.floats(0.001, 0.5), snapshot_bytes_per_value=st.sampled_from([2, 4]),
+    sjlt_cache_bytes=st.floats(0, 2.0**20), control_variate=st.booleans(),
 )
 
 
@@ -128,3 +136,57 @@ def test_capacity_snapshot_plan_is_the_fewest_actors_within_the_target(arch, dev
         assert plan.actors is None
     else:
         assert plan.actors == (min(fits) if fits else None)
+
+
+@SETTINGS
+@given(arch=architectures(), dev=devices, load=loads, ranks=st.integers(1, 64), more=st.integers(1, 4))
+def test_capacity_chunk_cost_grows_with_the_model(arch, dev, load, ranks, more):
+    """More layers or a wider MLP: every phase of the actor's chunk costs at least as much, and so does the
+    snapshot and its publish."""
+    for bigger in (replace(arch, layers=arch.layers + more), replace(arch, ffn=arch.ffn + more)):
+        small, large = chunk_cost(arch, load, dev, ranks), chunk_cost(bigger, load, dev, ranks)
+        for name in ("transfer_sec", "host_to_device_sec", "drift_sec", "fwd_bwd_sec", "coordinate_sec",
+                     "actor_sec", "publish_sec", "step_sec"):
+            assert getattr(large, name) >= getattr(small, name) * (1 - 1e-12), name
+        assert snapshot_bytes(bigger, load) > snapshot_bytes(arch, load)
+
+
+@SETTINGS
+@given(arch=architectures(), dev=devices, load=loads, ranks=st.integers(1, 64))
+def test_capacity_default_estimator_is_never_dearer_than_a_sketched_one(arch, dev, load, ranks):
+    """drift with residual none (a dot product per batch, w per chunk) costs no more time or bytes than
+    first_order or drift with a sketched residual under the same knobs, nor more memory when the sketch has
+    its control variate (the code's default; without it the sketch holds 3 vectors, 12N, and the drift's
+    4N w + float64 casts of a tensor can exceed that on a model that is one large tensor)."""
+    drift = replace(load, estimator="drift")
+    N = param_count(arch)
+    for other in ("first_order", "drift_sketch"):
+        sketched = replace(load, estimator=other)
+        assert batch_coordinate_bytes(drift, N) < batch_coordinate_bytes(sketched, N)
+        assert chunk_cost(arch, drift, dev, ranks).actor_sec <= chunk_cost(arch, sketched, dev, ranks).actor_sec
+        if load.control_variate:
+            assert actor_memory_as_coded(arch, drift).total <= actor_memory_as_coded(arch, sketched).total
+        assert in_trainer_wait_sec(arch, drift, dev, ranks) <= in_trainer_wait_sec(arch, sketched, dev, ranks)
+
+
+@SETTINGS
+@given(load=loads, a=st.integers(1, 10**11), b=st.integers(1, 10**11))
+def test_capacity_sketched_bytes_grow_with_the_hashed_share(load, a, b):
+    """Beyond the index cache every coordinate is hashed again: bytes per coordinate are non-decreasing in N,
+    between the all-cached and the all-hashed counts."""
+    lo, hi = sorted((a, b))
+    assert batch_coordinate_bytes(load, lo) <= batch_coordinate_bytes(load, hi)
+    cached = batch_coordinate_bytes(replace(load, sjlt_cache_bytes=1e30), hi)
+    hashed = batch_coordinate_bytes(replace(load, sjlt_cache_bytes=0.0), hi)
+    assert cached <= batch_coordinate_bytes(load, hi) <= hashed
+    assert (cached == hashed) == (not load.sketches)
+
+
+@SETTINGS
+@given(arch=architectures(), dev=devices, load=loads, ranks=st.integers(1, 64), more=st.integers(1, 16))
+def test_capacity_actor_chunk_grows_with_L_and_float32_snapshots(arch, dev, load, ranks, more):
+    longer = replace(load, L=load.L + more)
+    assert chunk_cost(arch, longer, dev, ranks).actor_sec > chunk_cost(arch, load, dev, ranks).actor_sec
+    fp32 = replace(load, snapshot_bytes_per_value=4)
+    assert snapshot_bytes(arch, fp32) >= snapshot_bytes(arch, load)
+    assert chunk_cost(arch, fp32, dev, ranks).transfer_sec >= chunk_cost(arch, load, dev, ranks).transfer_sec

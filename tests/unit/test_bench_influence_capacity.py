@@ -29,4 +29,11 @@ def test_bench_influence_capacity_from_saved_constants_marks_every_projected_row
     for name in ("gpt2-124m", "llama-70b"):
         line = next(x for x in table.splitlines() if x.startswith(name))
         assert "~" in line  # every row of a projected device carries the projection mark
-    assert report["this_machine"][0]["snapshot"]["bytes_per_chunk"] == 6 * 304
+    # the hand GPT-2 (tied: V·h = 40 twice in the state dict) in bfloat16: 2·(304 + 40) + 2·2·304 = 1904
+    assert report["this_machine"][0]["snapshot"]["bytes_per_chunk"] == 1904
+    assert report["load"]["estimator"] == "drift"
+    cost = rows[0]["chunk_cost"]  # gpt2-124m on H200, the default estimator
+    assert cost["actor_sec"] > cost["host_to_device_sec"] > 0 and cost["actor_share"] > 0
+    assert "chunk cost" in table and "potential ms/batch" in table
+    measured = printed[printed.index("== measured"):printed.index("== the model")]
+    assert "potential ms" in measured and "hand" in measured
