@@ -124,16 +124,12 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
                           send_feedback=needs.feedback,
                           eval_tasks=[ray.put(eval_tasks)] if eval_tasks else [],
                           in_trainer_influence=in_trainer_influence(schedule, cfg.train.steps) if needs.sketches else None)
-        resources_per_worker = {"CPU": cfg.train.cpus_per_worker, **cfg.train.resources_per_worker}
-        if cfg.train.use_gpu:
-            resources_per_worker["GPU"] = cfg.train.gpus_per_worker
         trainer = TorchTrainer(
             train_loop_per_worker,
             train_loop_config={"spec": spec},
             # gloo for CPU tensors as well on GPU: a CPU tensor in an NCCL-only group fails (train/collectives.py)
             torch_config=TorchConfig(backend="cpu:gloo,cuda:nccl" if cfg.train.use_gpu else "gloo"),
-            scaling_config=ray.train.ScalingConfig(num_workers=cfg.train.num_workers, use_gpu=cfg.train.use_gpu,
-                                                   resources_per_worker=resources_per_worker),
+            scaling_config=trainer_scaling_config(cfg.train),
             run_config=ray.train.RunConfig(
                 name=cfg.name,
                 storage_path=cfg.storage_path or str(run_dir.parent),
@@ -167,6 +163,24 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
             scheduler.close()
         if owns_ray:
             ray.shutdown()
+
+
+def trainer_resources(train: Any) -> dict[str, float]:
+    """What one trainer rank reserves: ``train.cpus_per_worker`` CPUs, ``train.resources_per_worker`` and,
+    on GPUs, a ``train.gpus_per_worker`` share (TrainConfig refuses shares that would put two ranks on one
+    GPU; tests/integration/test_fake_gpu_placement.py checks the placement on a fake-GPU cluster)."""
+    resources = {"CPU": train.cpus_per_worker, **train.resources_per_worker}
+    if train.use_gpu:
+        resources["GPU"] = train.gpus_per_worker
+    return resources
+
+
+def trainer_scaling_config(train: Any) -> Any:
+    """Ray Train's ``ScalingConfig`` of the trainers of ``train`` (a :class:`~d3ray.train.config.TrainConfig`)."""
+    import ray.train
+
+    return ray.train.ScalingConfig(num_workers=train.num_workers, use_gpu=train.use_gpu,
+                                   resources_per_worker=trainer_resources(train))
 
 
 def pre_run_context(cfg: RunConfig, prepared: Any, domains: list[str]) -> Any:

@@ -148,6 +148,56 @@ def derive_max_concurrent_trials(cluster: dict[str, float], per_trial: dict[str,
     return max(1, min(fits)) if fits else 1
 
 
+def gpu_shares(cfg: RunConfig) -> list[float]:
+    """The GPU requests of one trial, one per process that holds GPUs: each trainer rank's
+    ``train.gpus_per_worker`` and each scheduler actor's share (``schedule.actor_requests()``)."""
+    shares = [cfg.train.gpus_per_worker] * cfg.train.num_workers if cfg.train.use_gpu else []
+    for request in cfg.schedule.actor_requests():
+        shares += [request.resources.get("GPU", 0.0)] * request.count
+    return [s for s in shares if s > 0]
+
+
+def gpus_held(shares: list[float]) -> int:
+    """The GPUs that processes with GPU ``shares`` occupy as Ray places them: a share of at most 1 comes
+    from one GPU (two ranks of 0.6 cannot share one, leaving 0.4 of each idle), a share above 1 is whole
+    GPUs. Fractions packed first-fit, largest first."""
+    whole = sum(math.ceil(s - 1e-9) for s in shares if s > 1)
+    free: list[float] = []  # what is left of each GPU that holds fractions
+    for share in sorted((s for s in shares if s <= 1), reverse=True):
+        for i, left in enumerate(free):
+            if share <= left + 1e-9:
+                free[i] = left - share
+                break
+        else:
+            free.append(1.0 - share)
+    return whole + len(free)
+
+
+def trials_on_gpus(shares: list[float], gpus: float, at_most: int) -> int:
+    """How many trials (at most ``at_most``) with GPU ``shares`` each fit on ``gpus`` GPUs at once
+    (:func:`gpus_held` of their shares together); 0 when not even one does."""
+    trials = at_most
+    while trials > 0 and gpus_held(shares * trials) > gpus + 1e-9:
+        trials -= 1
+    return trials
+
+
+def concurrent_trials(cluster: dict[str, float], configs: list[RunConfig], driver_cpus: float) -> tuple[int, dict]:
+    """Trials of ``configs`` that fit ``cluster`` at once, and the most any one needs of each resource:
+    :func:`derive_max_concurrent_trials` over :func:`trial_resources`, and for GPUs the placement of
+    each trial's shares (:func:`trials_on_gpus`: ⌊GPUs / per trial⌋ counts 3 trials of 2 ranks × 0.6
+    on 4 GPUs, where only 2 fit), at least 1."""
+    per_trial: dict[str, float] = {}
+    for cfg in configs:  # the most any trial needs, resource by resource
+        for name, amount in trial_resources(cfg, driver_cpus).items():
+            per_trial[name] = max(per_trial.get(name, 0.0), amount)
+    fits = derive_max_concurrent_trials(cluster, per_trial)  # ⌊total / per trial⌋: an upper bound for GPUs
+    for shares in (gpu_shares(cfg) for cfg in configs):
+        if shares:
+            fits = min(fits, trials_on_gpus(shares, float(cluster.get("GPU", 0.0)), fits))
+    return max(1, fits), per_trial
+
+
 def _finite_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
     """Drop non-finite numbers (NaN/inf must never reach Tune's scheduler or Train's scoring)."""
     out = {}
@@ -280,10 +330,6 @@ def run_sweep(sweep: SweepConfig, resume: bool | None = None) -> SweepOutcome:
     directory = sweep_dir(sweep)
     identity = json.loads(json.dumps(_identity(sweep, base)))  # plain lists/dicts, as sweep.yaml holds them
     restoring = _should_restore(sweep, directory, identity, resume)
-    per_trial: dict[str, float] = {}
-    for cfg in configs:  # the most any trial needs, resource by resource
-        for name, amount in trial_resources(cfg, sweep.driver_cpus).items():
-            per_trial[name] = max(per_trial.get(name, 0.0), amount)
     constants = {a.key: a.values[0] for a in axes if not a.varies}  # into the base: Tune sees what varies
     plan = TrialPlan(
         base=trial_dict(base, constants), sweep_name=sweep.name, runs_dir=runs_dir(sweep), metric=sweep.metric
@@ -292,7 +338,8 @@ def run_sweep(sweep: SweepConfig, resume: bool | None = None) -> SweepOutcome:
     owns_ray = start_ray(sweep.ray, worker_env(from_dict(RunConfig, base)))
     try:
         cluster = {k: v for k, v in ray.cluster_resources().items() if not k.startswith("node:")}
-        concurrent = sweep.max_concurrent_trials or derive_max_concurrent_trials(cluster, per_trial)
+        derived, per_trial = concurrent_trials(cluster, configs, sweep.driver_cpus)
+        concurrent = sweep.max_concurrent_trials or derived
         logger.info(
             "sweep %s: per trial %s, cluster %s → max_concurrent_trials=%d%s",
             sweep.name,
