@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from d3ray.cluster import start_ray, worker_env
+from d3ray.cluster import size_tokenizers, start_ray, worker_env
 from d3ray.config import RunConfig
 from d3ray.config_loading import to_dict
 from d3ray.errors import UserError
@@ -103,7 +103,8 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
             seed=cfg.seed, model_config=model_config, model=cfg.model, run_name=cfg.name, run_dir=str(run_dir),
             batch_size=cfg.train.global_batch_size, total_chunks=-(-cfg.train.steps // schedule.L),
             tokenizer_dir=str(prepared.tokenizer_dir), eval_sets=eval_ref or None, domains=mix_domains))
-        make_stream = partial(build_chunk_stream, prepared.train_shards, prepared.data, str(prepared.tokenizer_dir),
+        data = size_tokenizers(cfg, prepared.data, ray.cluster_resources().get("CPU", 0.0))  # tokenize_actors=0
+        make_stream = partial(build_chunk_stream, prepared.train_shards, data, str(prepared.tokenizer_dir),
                               cfg.train.global_batch_size, schedule.window_batches(), schedule.shuffle_buffer,
                               cfg.seed, prepared.sft)
         # The coordinator lives on the driver's node: it owns the chunk batches in the object store.
