@@ -432,7 +432,7 @@ def planted_markdown(control: dict[str, Any]) -> list[str]:
                          f"half that chunk's random orders found better in "
                          + (f"{c['better_side']:.0%} of {c['better_side_n']} chunks" if c["better_side_n"] else "no chunk")
                          + f"{found_side}.")
-    lines += ["", "| checkpoint/chunk | planted batch | orders | Spearman | Pearson | early mean | late mean | "
+    lines += ["", "| checkpoint/chunk | planted batch (stream index) | random orders | Spearman | Pearson | early mean | late mean | "
                   "late − early | better | d3 position (half) | d3_reverse position | planted_first z | planted_last z |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, r in control["chunks"].items():
