@@ -58,7 +58,17 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_READ_CPUS = 0.25  # a read task is mostly waiting for its consumer; differs from the actors' CPUs, so no fusion
+#: CPUs of a read task feeding the tokenizer actors: it mostly waits for its consumer (differs from the
+#: actors' CPUs, so Ray Data does not fuse the two).
+READ_TASK_CPUS = 0.25
+
+
+def stream_cpus(cfg: DataConfig) -> float:
+    """The most CPUs one stream reserves at once (what a Tune trial counts for its data): ``tokenize_actors``
+    read-and-tokenize tasks (or tokenizer actors) of ``tokenize_cpus`` each, plus, in the actor-pool mode,
+    up to ``tokenize_actors + 1`` read tasks of ``READ_TASK_CPUS``."""
+    actors = max(1, cfg.tokenize_actors)
+    return actors * cfg.tokenize_cpus + (actors + 1) * READ_TASK_CPUS
 _POSITION_COLUMNS = ("line", "offset", "frame_offset", "frame_start")
 _PASSED_COLUMNS = ("domain", "shard", *_POSITION_COLUMNS, "bad_reason", "detail")
 
@@ -245,7 +255,7 @@ def document_dataset(
         # Reads run as their own small tasks, not fused into the tokenizer actors: parsing a shard
         # (about 7% of its tokenizing time) then overlaps with tokenizing the one before.
         compute=ray.data.TaskPoolStrategy(size=min(len(shards), actors + 1)),
-        num_cpus=_READ_CPUS,
+        num_cpus=READ_TASK_CPUS,
         fn_kwargs=read_kwargs,
     )
     return ds.map_batches(

@@ -35,6 +35,7 @@ import yaml
 
 from d3ray.config import RunConfig, absolute_paths
 from d3ray.config_loading import ConfigError, from_dict, to_dict
+from d3ray.data.pipeline import stream_cpus
 from d3ray.schedule.config import resources_total
 from d3ray.tune.config import STEP_ATTR, SweepConfig, is_uri
 from d3ray.tune.results import (
@@ -57,10 +58,6 @@ from d3ray.tune.search_space import (
 )
 
 logger = logging.getLogger(__name__)
-
-#: CPUs a trial's Ray Data read tasks hold (one ``read_shard_blocks`` task at a time, 1 CPU each).
-DATA_READ_CPUS = 1.0
-
 
 @dataclass(frozen=True)
 class TrialPlan:
@@ -108,22 +105,26 @@ def load_base(sweep: SweepConfig) -> dict[str, Any]:
     """The base RunConfig (file + defaults) as a plain dict, local paths made absolute."""
     from d3ray.config_loading import load_config
 
-    return absolute_paths(load_config(RunConfig, sweep.base_config))
+    base = absolute_paths(load_config(RunConfig, sweep.base_config))
+    if base["data"]["tokenize_actors"] == 0:  # sized to the cluster: each trial would take the whole of it
+        logger.info("sweep: trials share the cluster, so data.tokenize_actors=0 runs each trial with 1 tokenizer")
+        base["data"]["tokenize_actors"] = 1
+    return base
 
 
 def trial_resources(cfg: RunConfig, driver_cpus: float) -> dict[str, float]:
     """Resources one trial holds at once: driver, trainers, Ray Data, and the scheduler's actors.
 
-    CPU = driver + workers·cpus_per_worker + read task + tokenizers·tokenize_cpus + the scheduler's
-    actors (``schedule.actor_requests()``: D3's influence and solver actors, scoring actors, ...);
+    CPU = driver + workers·cpus_per_worker + the stream's read and tokenize work (``data.pipeline.stream_cpus``,
+    the reservation Ray Data makes) + the scheduler's actors (``schedule.actor_requests()``: D3's influence
+    and solver actors, scoring actors, ...);
     GPU = workers·gpus_per_worker + the scheduler's actors'; custom resources likewise.
     """
     t, d = cfg.train, cfg.data
     need: dict[str, float] = {
         "CPU": driver_cpus
         + t.num_workers * t.cpus_per_worker
-        + DATA_READ_CPUS
-        + d.tokenize_actors * d.tokenize_cpus,
+        + stream_cpus(d),
         "GPU": t.num_workers * t.gpus_per_worker,
     }
     for name, amount in resources_total(cfg.schedule.actor_requests()).items():

@@ -93,3 +93,23 @@ def test_sweep_base_makes_sft_paths_absolute(tmp_path, monkeypatch):
     here = str(Path(tmp_path).resolve())
     assert base["sft"]["paths"] == [f"{here}/my_sft/train"]
     assert base["eval"]["sft_paths"] == [f"{here}/my_sft/test"]
+
+
+def test_sweep_trials_count_the_streams_reservation_and_auto_tokenizers_become_one(tmp_path, monkeypatch):
+    """A trial's data reservation is what the stream asks Ray for (``stream_cpus``: 2 tokenizers of 1 CPU
+    and up to 3 read tasks of 0.25), and ``data.tokenize_actors=0`` (size to the cluster) is one per trial:
+    trials share the cluster."""
+    from d3ray.config import RunConfig
+    from d3ray.config_loading import from_dict, load_config
+    from d3ray.tune.config import SweepConfig
+    from d3ray.tune.sweep import load_base, trial_resources
+
+    cfg = load_config(RunConfig, None, ["--data.tokenize_actors=2", "--schedule.type=random", "--train.num_workers=1",
+                                        "--train.cpus_per_worker=1"])
+    assert trial_resources(cfg, driver_cpus=0.5)["CPU"] == 0.5 + 1 + 2 * 1.0 + 3 * 0.25
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "base.yaml").write_text("data: {tokenize_actors: 0}\n")
+    base = load_base(SweepConfig(name="s", base_config="base.yaml"))
+    assert base["data"]["tokenize_actors"] == 1
+    assert trial_resources(from_dict(RunConfig, base), driver_cpus=0.5)["CPU"] == trial_resources(
+        load_config(RunConfig, None, ["--data.tokenize_actors=1"]), driver_cpus=0.5)["CPU"]
