@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -125,3 +126,28 @@ def size_tokenizers(cfg: RunConfig, data: DataConfig, cluster_cpus: float) -> Da
     logger.info("data.tokenize_actors=0: %d tokenizers (%.2f of %.2f CPUs left after the trainers and the "
                 "scheduler's actors, %.2f each)", actors, cluster_cpus - reserved, cluster_cpus, data.tokenize_cpus)
     return dataclasses.replace(data, tokenize_actors=actors)
+
+
+def gpu_shares(cfg: RunConfig) -> list[float]:
+    """The GPU requests of one run (or sweep trial), one per process that holds GPUs: each trainer rank's
+    ``train.gpus_per_worker`` and each scheduler actor's share (``schedule.actor_requests()``)."""
+    shares = [cfg.train.gpus_per_worker] * cfg.train.num_workers if cfg.train.use_gpu else []
+    for request in cfg.schedule.actor_requests():
+        shares += [request.resources.get("GPU", 0.0)] * request.count
+    return [s for s in shares if s > 0]
+
+
+def gpus_held(shares: list[float]) -> int:
+    """The GPUs that processes with GPU ``shares`` occupy as Ray places them: a share of at most 1 comes
+    from one GPU (two ranks of 0.6 cannot share one, leaving 0.4 of each idle), a share above 1 is whole
+    GPUs. Fractions packed first-fit, largest first."""
+    whole = sum(math.ceil(s - 1e-9) for s in shares if s > 1)
+    free: list[float] = []  # what is left of each GPU that holds fractions
+    for share in sorted((s for s in shares if s <= 1), reverse=True):
+        for i, left in enumerate(free):
+            if share <= left + 1e-9:
+                free[i] = left - share
+                break
+        else:
+            free.append(1.0 - share)
+    return whole + len(free)

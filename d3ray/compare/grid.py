@@ -210,15 +210,11 @@ def derive_concurrency(plan: ComparePlan, todo: list[RunSpec]) -> int:
     """Runs that fit the cluster at once (``max_concurrent_runs: 0``), as ``d3ray sweep`` sizes trials."""
     import ray
 
-    from d3ray.tune.sweep import derive_max_concurrent_trials, trial_resources
+    from d3ray.tune.sweep import concurrent_trials
 
-    per_run: dict[str, float] = {}
-    for spec in todo:
-        assert spec.config is not None
-        for name, amount in trial_resources(spec.config, plan.compare.driver_cpus).items():
-            per_run[name] = max(per_run.get(name, 0.0), amount)
     cluster = {k: v for k, v in ray.cluster_resources().items() if not k.startswith("node:")}
-    limit = derive_max_concurrent_trials(cluster, per_run)
+    limit, per_run = concurrent_trials(cluster, [spec.config for spec in todo if spec.config is not None],
+                                       plan.compare.driver_cpus)
     logger.info("compare: per run %s, cluster %s → %d runs at once", per_run, cluster, limit)
     return limit
 

@@ -129,14 +129,18 @@ def environment_problems(cfg: Any, importable: Callable[[str], bool] = module_im
 
 def gpu_demand(cfg: Any) -> tuple[float, float, float]:
     """``(total, distinct, per_trainer)`` GPUs of a run: all it holds at once (trainers + the scheduler's
-    actors), the whole GPUs its trainers need (each rank on a GPU of its own: Ray packs fractions of at most
-    0.5 onto one GPU, refused by TrainConfig), and one trainer's share (it must fit on one node)."""
+    actors), the whole GPUs its processes occupy as Ray places them (each rank on a GPU of its own: Ray
+    packs fractions of at most 0.5 onto one GPU, refused by TrainConfig; a share above 0.5 leaves the rest
+    of its GPU to smaller shares only), and one trainer's share (it must fit on one node)."""
+    from d3ray.cluster import gpu_shares, gpus_held
     from d3ray.schedule.config import resources_total
 
     t = cfg.train
     trainers = t.num_workers * t.gpus_per_worker
     actors = resources_total(cfg.schedule.actor_requests()).get("GPU", 0.0)
     distinct = t.num_workers * math.ceil(t.gpus_per_worker) if t.num_workers > 1 else trainers
+    # Fractions as Ray places them: 2 ranks of 0.6 and an actor of 0.6 hold 3 GPUs, not 1.8 (gpus_held).
+    distinct = max(distinct, float(gpus_held(gpu_shares(cfg))))
     return trainers + actors, distinct, t.gpus_per_worker
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from d3ray.cluster import gpu_shares, gpus_held
 from d3ray.config import RunConfig, absolute_paths
 from d3ray.config_loading import ConfigError, from_dict, to_dict
 from d3ray.data.pipeline import stream_cpus
@@ -147,31 +148,6 @@ def derive_max_concurrent_trials(cluster: dict[str, float], per_trial: dict[str,
                 "a trial needs %s=%g but the cluster has %g now (autoscaling?)", name, amount, have
             )
     return max(1, min(fits)) if fits else 1
-
-
-def gpu_shares(cfg: RunConfig) -> list[float]:
-    """The GPU requests of one trial, one per process that holds GPUs: each trainer rank's
-    ``train.gpus_per_worker`` and each scheduler actor's share (``schedule.actor_requests()``)."""
-    shares = [cfg.train.gpus_per_worker] * cfg.train.num_workers if cfg.train.use_gpu else []
-    for request in cfg.schedule.actor_requests():
-        shares += [request.resources.get("GPU", 0.0)] * request.count
-    return [s for s in shares if s > 0]
-
-
-def gpus_held(shares: list[float]) -> int:
-    """The GPUs that processes with GPU ``shares`` occupy as Ray places them: a share of at most 1 comes
-    from one GPU (two ranks of 0.6 cannot share one, leaving 0.4 of each idle), a share above 1 is whole
-    GPUs. Fractions packed first-fit, largest first."""
-    whole = sum(math.ceil(s - 1e-9) for s in shares if s > 1)
-    free: list[float] = []  # what is left of each GPU that holds fractions
-    for share in sorted((s for s in shares if s <= 1), reverse=True):
-        for i, left in enumerate(free):
-            if share <= left + 1e-9:
-                free[i] = left - share
-                break
-        else:
-            free.append(1.0 - share)
-    return whole + len(free)
 
 
 def trials_on_gpus(shares: list[float], gpus: float, at_most: int) -> int:

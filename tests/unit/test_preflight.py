@@ -110,7 +110,8 @@ def test_preflight_cluster_too_few_gpus_names_fields_and_counts():
                  "--schedule.type=d3", "--schedule.influence_num_gpus=0.25")
     problems = cluster_problems(cfg, [1.0, 1.0, 1.0, 1.0])
     assert len(problems) == 1
-    assert "asks 4.25 GPUs" in problems[0] and "cluster has 4" in problems[0]
+    # 4.25 GPUs of shares, on 5 GPUs: the 0.25 cannot go on a GPU a rank holds whole
+    assert "asks 5 GPUs" in problems[0] and "cluster has 4" in problems[0] and "+ 0.25 for the scheduler" in problems[0]
     assert "train.num_workers=4" in problems[0] and "train.gpus_per_worker=1" in problems[0]
     assert cluster_problems(cfg, [1.0] * 5) == []
 
@@ -126,6 +127,19 @@ def test_preflight_cluster_trainers_need_distinct_gpus():
     (problem,) = cluster_problems(cfg, [1.0])  # 1.5 GPUs in total would not fit either; 2 distinct are asked
     assert "asks 2 GPUs" in problem
     assert cluster_problems(cfg, [2.0]) == []
+
+
+def test_preflight_cluster_counts_fractional_shares_as_ray_places_them():
+    """2 ranks of 0.6 and a D3 influence actor of 0.6 are 1.8 GPUs of shares but hold 3 GPUs (no two
+    shares above 0.5 fit one GPU): on 2 GPUs the run would wait forever, so it is refused."""
+    cfg = config("--train.num_workers=2", "--train.gpus_per_worker=0.6", "--schedule.type=d3",
+                 "--schedule.influence_num_gpus=0.6")
+    (problem,) = cluster_problems(cfg, [1.0, 1.0])
+    assert "asks 3 GPUs" in problem and "cluster has 2" in problem
+    assert cluster_problems(cfg, [1.0, 1.0, 1.0]) == []
+    small = config("--train.num_workers=2", "--train.gpus_per_worker=0.6", "--schedule.type=d3",
+                   "--schedule.influence_num_gpus=0.4")  # the 0.4 fits beside a rank's 0.6
+    assert cluster_problems(small, [1.0, 1.0]) == []
 
 
 def test_preflight_cluster_rank_wider_than_any_node_refused():
