@@ -15,6 +15,7 @@ import io
 import json
 import logging
 import os
+import posixpath
 import shutil
 import sys
 import tempfile
@@ -174,3 +175,27 @@ def write_generated_file(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(data)
     tmp.replace(path)
+
+
+# The ``latest`` pointer of a run (``<storage_path>/<name>/latest``: the name of its newest checkpoint wholly
+# in storage), moved by the Ray Train controller (d3ray/train/latest.py) and followed by export / eval / --from.
+LATEST = "latest"
+
+
+def write_latest(filesystem: Any, checkpoint_path: str) -> None:
+    """Point ``<parent of checkpoint_path>/latest`` at ``checkpoint_path`` (a ``pyarrow.fs`` path)."""
+    parent, name = posixpath.split(checkpoint_path.rstrip("/"))
+    staging = posixpath.join(parent, f".{LATEST}.tmp")
+    with filesystem.open_output_stream(staging) as out:
+        out.write(f"{name}\n".encode())
+    filesystem.move(staging, posixpath.join(parent, LATEST))
+
+
+def read_latest(run_dir: str | Path) -> Path | None:
+    """The checkpoint directory ``run_dir/latest`` names, or None when there is no pointer or it names
+    a directory that is gone (a run directory copied without its old checkpoints)."""
+    pointer = Path(run_dir) / LATEST
+    if not pointer.is_file():
+        return None
+    target = Path(run_dir) / pointer.read_text().strip()
+    return target if target.is_dir() else None

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from d3ray.errors import DataPathError
-from d3ray.train.latest import read_latest
+from d3ray.run_files import read_latest
 
 logger = logging.getLogger(__name__)
 

@@ -11,30 +11,11 @@ and moved over the old pointer, so a reader sees the old name or the new one, ne
 
 from __future__ import annotations
 
-import posixpath
-from pathlib import Path
 from typing import Any
 
-LATEST = "latest"
+from d3ray.run_files import LATEST, read_latest, write_latest
 
-
-def write_latest(filesystem: Any, checkpoint_path: str) -> None:
-    """Point ``<parent of checkpoint_path>/latest`` at ``checkpoint_path`` (a ``pyarrow.fs`` path)."""
-    parent, name = posixpath.split(checkpoint_path.rstrip("/"))
-    staging = posixpath.join(parent, f".{LATEST}.tmp")
-    with filesystem.open_output_stream(staging) as out:
-        out.write(f"{name}\n".encode())
-    filesystem.move(staging, posixpath.join(parent, LATEST))
-
-
-def read_latest(run_dir: str | Path) -> Path | None:
-    """The checkpoint directory ``run_dir/latest`` names, or None when there is no pointer or it names
-    a directory that is gone (a run directory copied without its old checkpoints)."""
-    pointer = Path(run_dir) / LATEST
-    if not pointer.is_file():
-        return None
-    target = Path(run_dir) / pointer.read_text().strip()
-    return target if target.is_dir() else None
+__all__ = ["LATEST", "latest_pointer_callback", "read_latest", "write_latest"]
 
 
 def latest_pointer_callback() -> Any:

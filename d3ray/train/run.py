@@ -189,6 +189,7 @@ def pre_run_context(cfg: RunConfig, prepared: Any, domains: list[str]) -> Any:
     start from: the main run's data as the driver resolved it, its tokenizer, and in SFT its training
     files, held-out files and eval tasks (the generated suite's paths), so they train and evaluate on the
     same tasks."""
+    from d3ray.export.write import export_model
     from d3ray.schedule.mix.prerun import PreRunContext
 
     data = dataclasses.replace(prepared.data, tokenizer=dataclasses.replace(
@@ -198,7 +199,7 @@ def pre_run_context(cfg: RunConfig, prepared: Any, domains: list[str]) -> Any:
     if prepared.sft is not None:
         cfg = dataclasses.replace(cfg, sft=prepared.sft, eval=dataclasses.replace(
             cfg.eval, sft_paths=list(prepared.sft_eval_paths), tasks=prepared.eval_tasks))
-    return PreRunContext(cfg=cfg, data=data, domains=domains, run=run_pretrain)
+    return PreRunContext(cfg=cfg, data=data, domains=domains, run=run_pretrain, export=export_model)
 
 
 def raise_user_error(coordinator: Any) -> None:

@@ -283,7 +283,7 @@ def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_
 
         cfg.before_run(PreRunContext(cfg=dataclasses.replace(RunConfig(), output_dir=str(tmp_path.parent),
                                                              name=tmp_path.name), data=data, domains=MIX_DOMAINS,
-                                     run=None))
+                                     run=None, export=None))
     with contextlib.ExitStack() as cleanup:  # every actor of both sides goes, whatever fails
         first_scheduler = cfg.build(ctx)
         cleanup.callback(first_scheduler.close)
@@ -371,7 +371,7 @@ def test_scheduler_contract_every_scheduler_decides_sft_chunks_with_the_task_as_
         assert mix_domains == SFT_MIX_DOMAINS
         cfg.before_run(PreRunContext(cfg=dataclasses.replace(RunConfig(), output_dir=str(tmp_path.parent),
                                                              name=tmp_path.name), data=prepared.data,
-                                     domains=mix_domains, run=None))
+                                     domains=mix_domains, run=None, export=None))
     make_stream = partial(build_chunk_stream, [], prepared.data, str(prepared.tokenizer_dir), B,
                           cfg.window_batches(), 0, 0, prepared.sft)
     model_cfg = ModelConfig()

@@ -47,23 +47,21 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("schedule", ["d3ray.schedule"]),
     # the held-out evaluation harness (data only; run by the trainers during training, and by `d3ray eval`)
     ("evaluation", ["d3ray.eval"]),
+    # checkpoint -> Hugging Face directory (data, LoRA and the run files only; the driver hands it to the
+    # mixers' pre-runs, DoReMi's reference)
+    ("export", ["d3ray.export"]),
     # the run: RunConfig composes the stage configs; cluster env; Ray Train + DeepSpeed trainers, driver
     ("train", ["d3ray.config", "d3ray.cluster", "d3ray.train"]),
-    # after a run: checkpoint -> Hugging Face directory (follows train's `latest` pointer), run-directory plots
-    ("after the run", ["d3ray.export", "d3ray.plot"]),
+    # after a run: run-directory plots
+    ("after the run", ["d3ray.plot"]),
     # studies over whole runs: Tune sweeps, scheduler comparisons (which use sweeps and plots), census, benches
     ("studies", ["d3ray.tune", "d3ray.compare", "d3ray.census", "d3ray.bench"]),
     # the command line: `d3ray` and each stage's subcommands, `d3ray config show`
     ("command line", ["d3ray.cli", "d3ray.__main__", "d3ray.config_docs", *COMMANDS]),
 ]
 
-# Imports from a lower layer to a higher one that stay, each with its reason: (importer, imported module).
-ALLOWED_UPWARD: dict[tuple[str, str], str] = {
-    ("d3ray.schedule.mix.prerun", "d3ray.export.write"): (
-        "DoReMi's reference given as a d3ray checkpoint is exported once before the run (prepare_doremi_reference). "
-        "The driver could hand export_model in with PreRunContext, as it hands in run_pretrain; that changes "
-        "d3ray/train/run.py's pre_run_context."),
-}
+# Imports from a lower layer to a higher one that stay, each with its reason: (importer, imported module). None.
+ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
 
 # Import circles that stay, each with its reason: frozenset of the modules of the circle -> reason. None.
 ALLOWED_CYCLES: dict[frozenset[str], str] = {}

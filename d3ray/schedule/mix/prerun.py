@@ -30,6 +30,9 @@ class PreRunContext:
     """The mixed domains (``d3ray.schedule.mix.domains.resolve_mix_domains``)."""
     run: Callable[[Any], dict[str, Any]]
     """``run_pretrain``."""
+    export: Callable[..., Any]
+    """``d3ray.export.write.export_model`` (a checkpoint → a Hugging Face directory): handed down by the
+    driver, as ``run`` is, so that the schedule stage imports nothing from the stages above it."""
 
 
 def sub_run_config(ctx: PreRunContext, name: str, output_dir: Path, steps: int, mixture: dict[str, float],
@@ -62,7 +65,6 @@ def prepare_doremi_reference(mix: Any, ctx: PreRunContext) -> Path:
     """The reference model as a Hugging Face directory: ``reference`` itself when it is one; else exported
     once into ``<run_dir>/doremi/reference_model`` from the d3ray checkpoint ``reference``, or from a
     reference run of ``reference_steps`` steps on ``reference_mixture`` (default uniform) trained first."""
-    from d3ray.export.write import export_model
     from d3ray.schedule.mix.doremi import reference_model_dir
 
     run_dir = ctx.cfg.run_dir
@@ -73,7 +75,7 @@ def prepare_doremi_reference(mix: Any, ctx: PreRunContext) -> Path:
         return target
     if mix.reference:
         print(f"doremi: exporting the reference checkpoint {mix.reference} to {target}", flush=True)
-        export_model(mix.reference, target)
+        ctx.export(mix.reference, target)
         return target
     mixture = dict(mix.reference_mixture) or uniform(ctx.domains)
     sub = sub_run_config(ctx, f"{ctx.cfg.name}-doremi-reference", run_dir / "doremi", mix.reference_steps, mixture,
@@ -83,7 +85,7 @@ def prepare_doremi_reference(mix: Any, ctx: PreRunContext) -> Path:
     final = ctx.run(sub)
     if not final.get("checkpoint"):
         raise RuntimeError(f"doremi: the reference run {sub.run_dir} left no checkpoint")
-    export_model(final["checkpoint"], target)
+    ctx.export(final["checkpoint"], target)
     return target
 
 
