@@ -2,8 +2,8 @@
 no device is needed) places what d3ray asks for where it should.
 
 - trainer ranks: the ScalingConfig ``trainer_scaling_config`` builds (d3ray/train/run.py) for
-  ``gpus_per_worker=1, num_workers=2`` gives the 2 ranks 2 distinct GPU ids; ``gpus_per_worker=0.5`` with
-  one worker gets a 0.5 share;
+  ``gpus_per_worker=1, num_workers=2`` gives the 2 ranks 2 distinct GPU ids (fractional ranks: the sweep
+  cases below place their bundles);
 - influence and scoring actors, started by the schedulers' own code (``D3Scheduler``, ``start_scorer``
   through the curriculum scheduler) for configs that ask for GPU shares, hold those shares, so
   ``device_for_resources("auto", ..., cuda_available=True)`` picks cuda for them and cpu for the ones
@@ -15,7 +15,7 @@ no device is needed) places what d3ray asks for where it should.
 The cluster runs in a subprocess (this file run as a script): the test session shares one local Ray
 instance (``ray_cluster`` in tests/conftest.py) and ``num_gpus`` needs a fresh one. The script prints one
 JSON line; the test checks it against numbers known independently of d3ray's functions. About 90 s
-on a 2-core box (two Train runs and four model actors start; most of it is their imports).
+on a 2-core box (a Train run and four model actors start; most of it is their imports).
 """
 
 from __future__ import annotations
@@ -163,8 +163,8 @@ def _log(started: float, what: str) -> None:
 def probe() -> dict:
     """Everything the test checks, on a fresh local cluster with fake GPUs (runs in the subprocess).
 
-    The two Train runs and the schedulers' actors start at once: the cluster has room for all of them
-    (2 + 0.5 GPUs of ranks, 0.75 of actors, on 8), and their start-ups overlap."""
+    The Train run and the schedulers' actors start at once: the cluster has room for all of them
+    (2 GPUs of ranks, 0.75 of actors, on 8), and their start-ups overlap."""
     import ray
 
     from d3ray.tune.sweep import concurrent_trials
@@ -179,9 +179,7 @@ def probe() -> dict:
         storage = tempfile.mkdtemp(prefix="d3ray-fake-gpu-")
         fit = ray.remote(num_cpus=0)(trainer_ranks)  # in a task, as a sweep's trial driver runs it
         runs = {"ranks_2x1": fit.remote(config("--train.num_workers=2", "--train.gpus_per_worker=1").train,
-                                        "ranks_2x1", storage),
-                "ranks_1x0.5": fit.remote(config("--train.num_workers=1", "--train.gpus_per_worker=0.5").train,
-                                          "ranks_1x05", storage)}
+                                        "ranks_2x1", storage)}
         schedulers = {name: build_scheduler(name, overrides, storage) for name, overrides in SCHEDULERS.items()}
         for name, scheduler in schedulers.items():
             out[name] = scheduler_view(scheduler)
@@ -223,11 +221,6 @@ def test_two_trainer_ranks_hold_one_whole_gpu_each_on_distinct_ids(placement):
     assert [r["resources"].get("GPU") for r in ranks] == [1.0, 1.0]
     ids = [r["gpu_ids"] for r in ranks]
     assert all(len(i) == 1 for i in ids) and len({i[0] for i in ids}) == 2, ids
-
-
-def test_a_fractional_single_rank_gets_half_a_gpu(placement):
-    (rank,) = placement["ranks_1x0.5"]
-    assert rank["resources"].get("GPU") == 0.5 and len(rank["gpu_ids"]) == 1
 
 
 def test_an_influence_actor_holds_its_gpu_share_and_chooses_cuda(placement):

@@ -62,7 +62,7 @@ def trained(run_dir) -> list[str]:
 
 
 @pytest.mark.parametrize("variant, extra", [
-    ("full", ["--train.zero_stage=2", "--train.checkpoint_upload=sync"]),
+    # (a full model's kill-and-resume: tests/integration/test_pretrain.py, with the synchronous upload)
     # LoRA on a local base, ordered by D3: the influence actor builds the same adapters and sketches only
     # them; the checkpoints (uploaded asynchronously) hold the adapters only
     ("lora", ["--train.zero_stage=2", "--model.lora={r: 4}", "--schedule.type=d3", "--schedule.influence.sketch.k=64",

@@ -69,10 +69,12 @@ def test_pretrain_zero2_two_workers_loss_falls_and_kill_resume_matches(ray_clust
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # this process reads the store below
     (tmp_path / "wandb_dir").mkdir()
     ref_cfg = run_config(corpus, tmp_path, "reference", "--train.report_to=[tensorboard,wandb,mlflow]",
-                         "--data.tokenize_actors=0")  # sized to what the trainers leave; the killed run: 1 (default)
+                         # sized to what the trainers leave (the killed run: 1 tokenizer, set); 2 CPUs each, so that
+                         # the 2 real cores are not shared by more tokenizers than the killed run has
+                         "--data.tokenize_actors=0", "--data.tokenize_cpus=2")
     final = run_pretrain(ref_cfg)
-    # the shared test cluster declares 4 CPUs; 2 trainers of 0.5 CPU; random order starts no actor
-    assert "data.tokenize_actors=0: 3 tokenizers (3.00 of 4.00 CPUs" in (ref_cfg.run_dir / "logs" / "driver.log").read_text()
+    # the shared test cluster declares 4 CPUs; 2 trainers of 0.5 CPU; random order starts no actor: ⌊3 / 2⌋ = 1
+    assert "data.tokenize_actors=0: 1 tokenizers (3.00 of 4.00 CPUs" in (ref_cfg.run_dir / "logs" / "driver.log").read_text()
     assert len(list((tmp_path / "wandb_dir").glob("wandb/offline-run-*/run-*.wandb"))) == 1
     client = MlflowClient((tmp_path / "mlruns").as_uri())
     [tracked] = client.search_runs([client.get_experiment_by_name("d3ray").experiment_id])
@@ -89,7 +91,8 @@ def test_pretrain_zero2_two_workers_loss_falls_and_kill_resume_matches(ray_clust
 
     # 2. same run, checkpoints every 2 chunks of 4 steps, killed at step 14 → the last one is at step 8
     # (checkpoint_every_sec set but never due: rank 0's time decision is broadcast at every chunk boundary)
-    cadence = ["--train.checkpoint_every_chunks=2", "--train.checkpoint_every_sec=100000"]
+    cadence = ["--train.checkpoint_every_chunks=2", "--train.checkpoint_every_sec=100000",
+               "--train.checkpoint_upload=sync"]  # (the async default: test_finetune.py, test_cloud_storage.py)
     crash_cfg = run_config(corpus, tmp_path, "killed", "--train.max_failures=0", *cadence)
     write_plan(crash_cfg.run_dir, FaultPlan(trainer_exit_at_step=14))
     from ray.train import WorkerGroupError
