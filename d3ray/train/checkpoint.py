@@ -63,16 +63,9 @@ def checkpoint_due(*, finished: bool, chunk_done: bool, next_chunk: int, every_c
         return False
     if every_sec > 0 and seconds_since_last >= every_sec:
         return True
-    if every_steps > 0:
-        return checkpoint_due_by_steps(step, last_checkpoint_step, every_steps)
+    if every_steps > 0:  # the chunk (schedule.L steps) crossed a multiple of every_steps
+        return step // every_steps > last_checkpoint_step // every_steps
     return next_chunk % every_chunks == 0
-
-
-def checkpoint_due_by_steps(step: int, last_checkpoint_step: int, every_steps: int) -> bool:
-    """Whether a step cadence fires at a chunk boundary at ``step``: a multiple of ``every_steps`` was
-    crossed since the last checkpoint (chunks hold ``schedule.L`` steps, so the checkpoint lands at
-    the end of the chunk that crosses it)."""
-    return every_steps > 0 and step // every_steps > last_checkpoint_step // every_steps
 
 
 def save_checkpoint(engine, state: TrainState, directory: Path, rank: int, tokenizer_dir: Path | None,
