@@ -35,8 +35,8 @@ def produce_chunks(cfg: RunConfig, steps: int, mixtures: dict[int, dict[str, flo
     """The sample ids of the chunks (candidate windows) the coordinator produces for ``cfg`` (enough
     for ``steps``), read independently of any run through the same stream builder (needs Ray); a mixer's
     chunks are drawn with ``mixtures`` (chunk id → mixture, e.g. from the run's schedule log)."""
+    from d3ray.data.chunk_stream import build_chunk_stream
     from d3ray.data.shards import list_shards
-    from d3ray.schedule.stream import build_chunk_stream
 
     stream = build_chunk_stream(list_shards(cfg.data.train_paths), cfg.data, cfg.data.tokenizer.path,
                                 cfg.train.global_batch_size, cfg.schedule.window_batches(), cfg.schedule.shuffle_buffer,

@@ -74,6 +74,6 @@ def make_source(n: int, domains=("d",), shared_span_blocks=0):
 
 def make_list_chunk_stream(cursor):
     """``make_stream(cursor)`` of a coordinator over 19 in-memory sequences (importable by Ray workers)."""
-    from d3ray.schedule.chunker import ChunkStream
+    from d3ray.data.chunker import ChunkStream
 
     return ChunkStream(make_source(19), batch_size=2, chunk_len=2, shuffle_buffer=3, seed=1, cursor=cursor)

@@ -8,7 +8,7 @@ from typing import Any
 def memory_stream(sequences: list, batch_size: int, chunk_len: int, cursor: dict[str, Any] | None = None):
     """The chunk stream over ``sequences`` (a list of ``PackedSequence``), every epoch the same sequences;
     resumable from a ``Chunk.cursor`` like any ``IterableSource`` stream."""
+    from d3ray.data.chunker import ChunkStream
     from d3ray.data.stream import IterableSource
-    from d3ray.schedule.chunker import ChunkStream
 
     return ChunkStream(IterableSource(lambda epoch, lane, ledger: iter(sequences)), batch_size, chunk_len, cursor=cursor)

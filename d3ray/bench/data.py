@@ -269,8 +269,8 @@ def run(args: argparse.Namespace) -> int:
 
     import ray
 
+    from d3ray.data.chunker import ChunkStream
     from d3ray.data.stream import CorpusSource
-    from d3ray.schedule.chunker import ChunkStream
 
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the plain loop and each tokenizer: one core
     os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")

@@ -267,7 +267,7 @@ def branches_to_train(options: CensusOptions, info: RunInfo, K: int, chunk_id: i
 def stream_chunks(info: RunInfo, prepared: Any, K: int, count: int) -> list[Any]:
     """Chunks K .. K+count−1 of the run's own stream, read from checkpoint K's data cursor (from the
     start when the checkpoint has none)."""
-    from d3ray.schedule.stream import build_chunk_stream
+    from d3ray.data.chunk_stream import build_chunk_stream
 
     cfg = info.cfg
     state = json.loads((info.checkpoints[K] / "state.json").read_text())

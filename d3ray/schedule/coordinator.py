@@ -36,8 +36,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from d3ray.data.chunker import Chunk, ChunkStream
 from d3ray.errors import UserError
-from d3ray.schedule.chunker import Chunk, ChunkStream
 from d3ray.schedule.scheduler import (
     ChunkDecision,
     ChunkFeedback,

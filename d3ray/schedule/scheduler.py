@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from d3ray.schedule.chunker import Chunk
+from d3ray.data.chunker import Chunk
 
 #: Dtypes a weights snapshot may travel in (``Needs.snapshot_dtype``; d3ray/train/snapshot.py).
 SNAPSHOT_DTYPES = ("bfloat16", "float32")

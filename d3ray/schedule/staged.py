@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any, Protocol
 
-from d3ray.schedule.chunker import Chunk
+from d3ray.data.chunker import Chunk
 from d3ray.schedule.scheduler import (
     ChunkDecision,
     ChunkFeedback,

@@ -60,10 +60,10 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    from d3ray.data.chunk_stream import build_chunk_stream
     from d3ray.model import model_config_dict
     from d3ray.schedule.coordinator import ScheduleCoordinator
     from d3ray.schedule.scheduler import BuildContext
-    from d3ray.schedule.stream import build_chunk_stream
     from d3ray.train.deepspeed_config import check_deepspeed_fragment
     from d3ray.train.loop import WorkerSpec, train_loop_per_worker
 

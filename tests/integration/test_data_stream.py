@@ -18,9 +18,9 @@ from d3ray.data import (
     iter_documents,
     list_shards,
 )
+from d3ray.data.chunker import ChunkStream, make_batch
 from d3ray.data.stream import CorpusSource
 from d3ray.data.tokenizer import encode_texts, load_backend_tokenizer, train_tokenizer
-from d3ray.schedule.chunker import ChunkStream, make_batch
 from tests.conftest import start_local_ray
 from tests.data_oracle import reference_sequences
 
@@ -60,7 +60,7 @@ def ray_local():
 
 
 def old_shuffled(items, buffer, seed):
-    """Today's (pre-cursor) streaming shuffle of d3ray.schedule.chunker, kept as the oracle."""
+    """Today's (pre-cursor) streaming shuffle of d3ray.data.chunker, kept as the oracle."""
     rng = np.random.default_rng(seed)
     pool = []
     for item in items:

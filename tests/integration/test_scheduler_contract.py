@@ -223,13 +223,13 @@ def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_
 
     import torch
 
+    from d3ray.data.chunk_stream import build_chunk_stream
     from d3ray.data.config import DataConfig
     from d3ray.data.evaluation import load_eval_sequences
     from d3ray.data.shards import list_shards
     from d3ray.data.tokenizer import load_tokenizer
     from d3ray.model import ModelConfig, build_model, model_config_dict
     from d3ray.schedule.coordinator import ScheduleCoordinator
-    from d3ray.schedule.stream import build_chunk_stream
 
     ray = ray_cluster
     cfg = load_config(RunConfig, None, [f"--schedule.type={name}", f"--schedule.L={L}", "--schedule.deadline_s=3600",
@@ -354,10 +354,10 @@ def test_scheduler_contract_every_scheduler_decides_sft_chunks_with_the_task_as_
 
     import torch
 
+    from d3ray.data.chunk_stream import build_chunk_stream
     from d3ray.model import ModelConfig, build_model, model_config_dict
     from d3ray.schedule.coordinator import ScheduleCoordinator
     from d3ray.schedule.mix.domains import resolve_mix_domains
-    from d3ray.schedule.stream import build_chunk_stream
 
     ray = ray_cluster
     prepared, eval_sets = sft_run

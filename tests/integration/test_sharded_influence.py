@@ -40,7 +40,7 @@ from d3ray.influence.config import InfluenceConfig, SjltSketchConfig
 from d3ray.influence.estimators import DriftConfig, FirstOrderConfig
 from d3ray.influence.worker import InfluenceWorker
 from d3ray.model import ModelConfig, build_model
-from d3ray.schedule.chunker import GlobalBatch
+from d3ray.data.chunker import GlobalBatch
 from d3ray.train.sharded_influence import ShardedScorer
 from d3ray.train.snapshot import snapshot_optimizer_state, snapshot_weights
 

@@ -13,8 +13,8 @@ from d3ray.census.census import CensusOptions, check_inputs, check_out_dir, chun
 from d3ray.census.planted import plant_chunk, plant_tokens, planted_index, planted_orders, planting
 from d3ray.census.report import planted_control, write_report
 from d3ray.census.stats import half_of, position_effect
+from d3ray.data.chunker import GlobalBatch
 from d3ray.errors import UserError
-from d3ray.schedule.chunker import GlobalBatch
 from tests.unit.test_census_inputs import write_run
 
 

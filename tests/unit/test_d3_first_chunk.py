@@ -9,7 +9,7 @@ import pytest
 
 from d3ray.config import FIRST_RUN_SCHEDULE, RunConfig
 from d3ray.config_loading import load_config
-from d3ray.schedule.chunker import Chunk
+from d3ray.data.chunker import Chunk
 from d3ray.schedule.order.configs import D3ScheduleConfig
 from d3ray.schedule.order.d3 import D3Scheduler
 from d3ray.schedule.scheduler import SubmitContext

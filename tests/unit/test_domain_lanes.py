@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from d3ray.schedule.chunker import ChunkStream
+from d3ray.data.chunker import ChunkStream
 from tests.fakes import make_source
 
 DOMAINS = ("a", "b", "c")

@@ -9,9 +9,9 @@ import pytest
 
 from d3ray.config import RunConfig
 from d3ray.config_loading import ConfigError, load_config
+from d3ray.data.chunker import ChunkStream
 from d3ray.data.config import DataConfig
 from d3ray.data.sft import SftDataConfig
-from d3ray.schedule.chunker import ChunkStream
 from d3ray.schedule.config import ScheduleConfig
 from d3ray.schedule.mix.base import MixScheduler
 from d3ray.schedule.mix.doremi import DoremiMixer, doremi_update, excess_losses

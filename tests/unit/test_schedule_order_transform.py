@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from d3ray.config_loading import from_dict
-from d3ray.schedule.chunker import Chunk
+from d3ray.data.chunker import Chunk
 from d3ray.schedule.config import ScheduleConfig
 from d3ray.schedule.order.basic import RandomScheduler
 from d3ray.schedule.order.transform import TransformedScheduler, transform_order, with_order_transform

@@ -14,8 +14,8 @@ import torch
 
 from d3ray.config import RunConfig
 from d3ray.config_loading import ConfigError, load_config
+from d3ray.data.chunker import GlobalBatch
 from d3ray.influence.config import IdentitySketchConfig, SjltSketchConfig
-from d3ray.schedule.chunker import GlobalBatch
 from d3ray.schedule.select.base import top_k_decision
 from d3ray.schedule.select.delta_loss import DeltaLossScorer, delta_loss_scores, sigmoid_window
 from d3ray.schedule.select.less import AdamMoments, LessScorer, adam_direction, less_scores, target_directions

@@ -11,8 +11,8 @@ import torch
 
 from d3ray.config import RunConfig
 from d3ray.config_loading import ConfigError, load_config
+from d3ray.data.chunker import GlobalBatch
 from d3ray.influence.config import IdentitySketchConfig
-from d3ray.schedule.chunker import GlobalBatch
 from d3ray.schedule.sampling import sample_responses
 from d3ray.schedule.scheduler import BuildContext
 from d3ray.schedule.select.base import top_k_decision

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from d3ray.data.chunker import make_batch
 from d3ray.data.config import TokenizerConfig
 from d3ray.data.labels import IGNORE_INDEX, batch_width, lm_labels
 from d3ray.data.packing import PackedSequence
@@ -14,7 +15,6 @@ from d3ray.data.sft import SftDataConfig, parse_sft_line, plain_prompt, render_m
 from d3ray.data.sft_sequences import SftStats, fit_example, iter_sft_sequences, read_sft_records
 from d3ray.data.skills import generate_suite
 from d3ray.data.tokenizer import load_tokenizer, train_tokenizer_from_texts
-from d3ray.schedule.chunker import make_batch
 
 
 @pytest.fixture(scope="module")

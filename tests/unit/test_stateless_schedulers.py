@@ -13,7 +13,7 @@ import pytest
 
 from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
-from d3ray.schedule.chunker import Chunk, GlobalBatch
+from d3ray.data.chunker import Chunk, GlobalBatch
 from d3ray.schedule.config import ScheduleConfig
 from d3ray.schedule.scheduler import BuildContext, SubmitContext
 

@@ -98,7 +98,7 @@ class TorchEngine:
 
 
 def _global_batch(ids: torch.Tensor, domains: list[str]):
-    from d3ray.schedule.chunker import GlobalBatch
+    from d3ray.data.chunker import GlobalBatch
 
     n = len(ids)
     return GlobalBatch(input_ids=ids.numpy().astype(np.int32), n_tokens=np.full(n, ids.shape[1]),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Protocol
 
-from d3ray.schedule.chunker import Chunk
+from d3ray.data.chunker import Chunk
 from d3ray.schedule.scheduler import (
     ChunkDecision,
     ChunkFeedback,

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from d3ray.schedule.chunker import Chunk
+from d3ray.data.chunker import Chunk
 from d3ray.schedule.mix.base import MixerBase
 from d3ray.schedule.scheduler import ChunkFeedback
 

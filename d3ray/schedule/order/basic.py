@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from d3ray.schedule.chunker import Chunk
+from d3ray.data.chunker import Chunk
 from d3ray.schedule.scheduler import ChunkDecision, Decided, SchedulerBase, SubmitContext, random_order
 
 

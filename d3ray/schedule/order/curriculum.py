@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from d3ray.schedule.chunker import Chunk
+from d3ray.data.chunker import Chunk
 from d3ray.schedule.order.regroup import curriculum_groups
 from d3ray.schedule.scheduler import (
     BuildContext,

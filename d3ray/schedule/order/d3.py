@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from d3ray import faults
+from d3ray.data.chunker import Chunk
 from d3ray.data.labels import lm_labels
 from d3ray.influence.config import InfluenceConfig
 from d3ray.influence.estimators import EstimatorConfig
 from d3ray.influence.worker import InfluenceWorker
 from d3ray.lora import LoraConfig
 from d3ray.run_files import route_logs_to_run_dir
-from d3ray.schedule.chunker import Chunk
 from d3ray.schedule.scheduler import (
     BuildContext,
     ChunkDecision,

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from d3ray.schedule.chunker import Chunk
+from d3ray.data.chunker import Chunk
 from d3ray.schedule.scheduler import ChunkDecision, ChunkFeedback, SubmitContext
 
 ORDER_TRANSFORMS = ("none", "reverse", "alternate")

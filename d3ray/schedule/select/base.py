@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from d3ray.schedule.chunker import Chunk
+from d3ray.data.chunker import Chunk
 from d3ray.schedule.order.regroup import batches_of
 from d3ray.schedule.scheduler import ChunkDecision, Decided, PendingDecision, SchedulerBase, SubmitContext
 

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from d3ray.schedule.chunker import Chunk
+from d3ray.data.chunker import Chunk
 from d3ray.schedule.scheduler import BuildContext, PendingDecision, SubmitContext
 from d3ray.schedule.scoring import ScoringWorker, sequence_arrays
 from d3ray.schedule.select.target import ScorerHead, rank_scores

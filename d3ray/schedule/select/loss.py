@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from d3ray.schedule.chunker import Chunk
+from d3ray.data.chunker import Chunk
 from d3ray.schedule.scheduler import BuildContext, SubmitContext
 from d3ray.schedule.scoring import start_scorer
 from d3ray.schedule.select.base import SelectHead

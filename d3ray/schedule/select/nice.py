@@ -50,8 +50,8 @@ from typing import Any
 import numpy as np
 
 from d3ray.config_loading import ConfigError
+from d3ray.data.chunker import Chunk
 from d3ray.data.labels import lm_labels
-from d3ray.schedule.chunker import Chunk
 from d3ray.schedule.scheduler import BuildContext, SubmitContext
 from d3ray.schedule.scoring import ScoringWorker, sequence_arrays
 from d3ray.schedule.select.less import LessScorer, LessTarget, target_directions

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from d3ray.config_loading import ConfigError
-from d3ray.schedule.chunker import Chunk
+from d3ray.data.chunker import Chunk
 from d3ray.schedule.scheduler import BuildContext, SubmitContext
 from d3ray.schedule.select.base import SelectHead
 

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from d3ray.schedule.chunker import Chunk
+from d3ray.data.chunker import Chunk
 from d3ray.schedule.scheduler import BuildContext
 from d3ray.schedule.scoring import ScoringWorker
 from d3ray.schedule.select.near import EmbeddedTargets, embed_batches

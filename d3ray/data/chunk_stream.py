@@ -1,4 +1,4 @@
-"""The run's chunk stream: data → chunks, built inside the coordinator.
+"""The run's chunk stream: data → chunks, built inside the coordinator (d3ray.schedule).
 
 The assembly of the stages lives here, between the data package (which knows shards, records and
 tokens) and the coordinator (which knows chunks and decisions): ``ChunkStream`` over a
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from d3ray.data.chunker import ChunkStream
 from d3ray.data.config import DataConfig
 from d3ray.data.sft import SftDataConfig
-from d3ray.schedule.chunker import ChunkStream
 
 
 def build_chunk_stream(
