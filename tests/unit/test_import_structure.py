@@ -37,13 +37,13 @@ LAYERS: list[tuple[str, list[str]]] = [
     # errors, the config loader and the registry every stage's config uses, run-directory files, fault drills
     ("foundation", ["d3ray", "d3ray.errors", "d3ray.registry", "d3ray.config_loading", "d3ray.run_files",
                     "d3ray.faults"]),
-    # the stages that need no model: shards -> sequences (Ray Data), and the ordering solvers (pure math)
+    # the stages that need no model: shards -> sequences (Ray Data) -> chunks, and the ordering solvers (pure math)
     ("data and solvers", ["d3ray.data", "d3ray.solver"]),
     # model presets and builder, LoRA, the per-sequence LM loss
     ("model", ["d3ray.model", "d3ray.lora", "d3ray.lm_loss"]),
     # influence estimators and sketches (pure) + the InfluenceWorker, which builds a model
     ("influence", ["d3ray.influence"]),
-    # chunker, schedulers, ScheduleCoordinator: data + influence + solvers + model actors
+    # schedulers, ScheduleCoordinator: data + influence + solvers + model actors
     ("schedule", ["d3ray.schedule"]),
     # the held-out evaluation harness (data only; run by the trainers during training, and by `d3ray eval`)
     ("evaluation", ["d3ray.eval"]),
