@@ -12,9 +12,10 @@ from typing import Any
 
 from d3ray.data.config import DEFAULT_DOMAINS, DataConfig, TokenizerConfig, canonical_domain
 from d3ray.data.labels import IGNORE_INDEX, batch_width, lm_labels
+from d3ray.data.ledger import BadRecordFractionError, BadRecordLedger
 from d3ray.data.mixture import draw_domains, require_mixable, validate_mixture
 from d3ray.data.packing import PackedSequence, SequencePacker, TokenizedDocument, parse_sample_id
-from d3ray.data.records import BAD_REASONS, BadRecordFractionError, BadRecordLedger, Document, iter_documents
+from d3ray.data.records import BAD_REASONS, Document, iter_documents
 from d3ray.data.report import CorpusReport, inspect
 from d3ray.data.sample import write_sample_corpus
 from d3ray.data.sft import SFT_BAD_REASONS, SftDataConfig, SftRecord, iter_sft_records, render_record

@@ -24,7 +24,7 @@ def build_chunk_stream(
 ) -> ChunkStream:
     """The run's deterministic chunk stream (needs Ray for pre-training data; built in the coordinator),
     from ``cursor`` (a ``Chunk.cursor``) when given, drawn by domain when ``mixture_for_chunk`` is given."""
-    from d3ray.data.records import BadRecordLedger
+    from d3ray.data.ledger import BadRecordLedger
     from d3ray.data.stream import CorpusSource, IterableSource
 
     ledger = BadRecordLedger()

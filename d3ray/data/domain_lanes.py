@@ -40,7 +40,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from d3ray.data.records import BadRecordLedger
+from d3ray.data.ledger import BadRecordLedger
 from d3ray.data.stream import Lane, ShuffleBuffer
 
 logger = logging.getLogger(__name__)

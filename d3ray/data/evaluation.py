@@ -16,8 +16,9 @@ import fsspec
 import numpy as np
 
 from d3ray.data.config import DataConfig
+from d3ray.data.ledger import BadRecordLedger
 from d3ray.data.packing import SequencePacker, TokenizedDocument
-from d3ray.data.records import BadRecordLedger, Document, iter_documents
+from d3ray.data.records import Document, iter_documents
 from d3ray.data.shards import list_shards
 from d3ray.data.tokenizer import encode_texts, load_backend_tokenizer
 

@@ -49,8 +49,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from d3ray.data.config import DEFAULT_DOMAIN_KEY, DEFAULT_TEXT_KEY, DataConfig
+from d3ray.data.ledger import BadRecordLedger
 from d3ray.data.packing import TokenBlock
-from d3ray.data.records import BadRecordLedger, Document, iter_documents
+from d3ray.data.records import Document, iter_documents
 from d3ray.data.shards import Shard, ShardPosition
 
 if TYPE_CHECKING:

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from d3ray.data.config import DEFAULT_DOMAIN_KEY, DEFAULT_DOMAINS, DEFAULT_MAX_RECORD_BYTES, DEFAULT_TEXT_KEY
-from d3ray.data.records import BadRecordLedger, Document, iter_documents
+from d3ray.data.ledger import BadRecordLedger
+from d3ray.data.records import Document, iter_documents
 from d3ray.data.shards import list_shards
 
 _ENCODE_BATCH = 256

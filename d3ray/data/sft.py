@@ -16,7 +16,7 @@ are context and get no loss).
 
 Every non-blank line (every row) becomes a good :class:`SftRecord` or a bad one whose ``bad_reason`` (one of
 :data:`SFT_BAD_REASONS`) and ``detail`` say what is wrong, with the file and 1-based line (row), to be
-counted by :class:`~d3ray.data.records.BadRecordLedger` exactly like bad pre-training lines.
+counted by :class:`~d3ray.data.ledger.BadRecordLedger` exactly like bad pre-training lines.
 
 Rendering (:func:`render_record`): with a tokenizer that has a chat template, the prompt is
 ``apply_chat_template(prompt messages, add_generation_prompt=True)`` and the response is what the

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from d3ray.data.ledger import BadRecordLedger
 from d3ray.data.packing import PackedSequence, make_sample_id
-from d3ray.data.records import BadRecordLedger
 from d3ray.data.sft import SftDataConfig, SftRecord, iter_sft_records, render_record
 from d3ray.data.sft_formats import SftFields
 from d3ray.data.shards import list_shards

@@ -47,8 +47,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from d3ray.data.config import DataConfig
+from d3ray.data.ledger import BadRecordLedger
 from d3ray.data.packing import PackedSequence, SequencePacker, decode_tokens, encode_tokens
-from d3ray.data.records import BadRecordLedger
 from d3ray.data.shards import Shard, ShardPosition
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from d3ray.data.records import BadRecordLedger
+from d3ray.data.ledger import BadRecordLedger
 from d3ray.eval.inputs import (
     EvalTask,
     parse_task_specs,

@@ -5,7 +5,7 @@ before anything is shipped to a Ray worker): a bad line is an :class:`EvalInputE
 file, the 1-based line and the field. Evaluation sets are not skipped around: a dropped example
 would silently change the metric. The one exception is ``domains``, which reads pre-training
 shards with d3ray's corpus reader and, as training does, counts bad lines in a
-:class:`~d3ray.data.records.BadRecordLedger` (reported with the results) instead of stopping.
+:class:`~d3ray.data.ledger.BadRecordLedger` (reported with the results) instead of stopping.
 
 | kind | file | one example |
 |---|---|---|
@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from d3ray.data.records import BadRecordLedger, iter_documents
+from d3ray.data.ledger import BadRecordLedger
+from d3ray.data.records import iter_documents
 from d3ray.data.shards import JSONL_SUFFIXES, Shard, TruncatedStreamError, iter_shard_lines, list_shards
 from d3ray.errors import UserError
 

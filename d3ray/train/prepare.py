@@ -195,8 +195,8 @@ def sft_eval_sets(sft: SftDataConfig, paths: list[str], tokenizer: Any, per_task
     """
     import numpy as np
 
+    from d3ray.data.ledger import BadRecordLedger
     from d3ray.data.packing import make_sample_id
-    from d3ray.data.records import BadRecordLedger
     from d3ray.data.sft import iter_sft_records
     from d3ray.data.sft_sequences import iter_sft_sequences
     from d3ray.data.shards import list_shards

@@ -13,7 +13,7 @@ import torch
 from d3ray.cli import main
 from d3ray.data.config import TokenizerConfig
 from d3ray.data.labels import batch_width, lm_labels
-from d3ray.data.records import BadRecordLedger
+from d3ray.data.ledger import BadRecordLedger
 from d3ray.data.sft import SftDataConfig, plain_prompt
 from d3ray.data.sft_sequences import iter_sft_sequences, read_sft_records
 from d3ray.data.skills import check_answer, generate_suite, write_sft_suite

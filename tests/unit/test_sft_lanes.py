@@ -14,7 +14,7 @@ from d3ray.config import RunConfig
 from d3ray.config_loading import ConfigError, load_config
 from d3ray.data.chunk_stream import build_chunk_stream
 from d3ray.data.config import TokenizerConfig
-from d3ray.data.records import BadRecordFractionError, BadRecordLedger
+from d3ray.data.ledger import BadRecordFractionError, BadRecordLedger
 from d3ray.data.sft import SftDataConfig, plain_prompt
 from d3ray.data.sft_sequences import iter_sft_sequences, sft_task_counts
 from d3ray.data.skills import generate_suite

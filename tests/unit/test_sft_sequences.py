@@ -9,8 +9,8 @@ import torch
 from d3ray.data.chunker import make_batch
 from d3ray.data.config import TokenizerConfig
 from d3ray.data.labels import IGNORE_INDEX, batch_width, lm_labels
+from d3ray.data.ledger import BadRecordFractionError, BadRecordLedger
 from d3ray.data.packing import PackedSequence
-from d3ray.data.records import BadRecordFractionError, BadRecordLedger
 from d3ray.data.sft import SftDataConfig, parse_sft_line, plain_prompt, render_messages
 from d3ray.data.sft_sequences import SftStats, fit_example, iter_sft_sequences, read_sft_records
 from d3ray.data.skills import generate_suite
