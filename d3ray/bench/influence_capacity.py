@@ -24,14 +24,18 @@ from pathlib import Path
 from typing import Any
 
 from d3ray.bench.capacity_arch import ARCHITECTURES, Architecture, param_count
+from d3ray.bench.capacity_in_trainer import (
+    in_trainer_plan,
+)
 from d3ray.bench.capacity_model import (
     ESTIMATORS,
     POTENTIAL_BYTES,
     DeviceConstants,
     InfluenceLoad,
     chunk_coordinate_bytes,
+)
+from d3ray.bench.capacity_snapshot import (
     chunk_cost,
-    in_trainer_plan,
     snapshot_plan,
 )
 from d3ray.bench.influence_setup import DEFAULT_DATA

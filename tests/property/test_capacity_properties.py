@@ -10,22 +10,26 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from d3ray.bench.capacity_arch import Architecture, activation_bytes, param_count
+from d3ray.bench.capacity_in_trainer import (
+    in_trainer_extra_memory,
+    in_trainer_plan,
+    in_trainer_wait_sec,
+)
 from d3ray.bench.capacity_model import (
     ESTIMATORS,
     DeviceConstants,
     InfluenceLoad,
+    batch_coordinate_bytes,
+    scored_sequences,
+    train_step_sec,
+)
+from d3ray.bench.capacity_snapshot import (
     actor_memory_as_coded,
     actor_memory_floor,
-    batch_coordinate_bytes,
     chunk_cost,
-    in_trainer_extra_memory,
-    in_trainer_plan,
-    in_trainer_wait_sec,
-    scored_sequences,
     snapshot_bytes,
     snapshot_plan,
     snapshot_wait_sec,
-    train_step_sec,
 )
 
 SETTINGS = settings(max_examples=40, deadline=None)

@@ -30,29 +30,33 @@ from d3ray.bench.capacity_arch import (
     tied_copy,
     train_flops_per_token,
 )
+from d3ray.bench.capacity_in_trainer import (
+    in_trainer_extra_memory,
+    in_trainer_plan,
+    in_trainer_wait_sec,
+    kvector_bytes,
+)
 from d3ray.bench.capacity_model import (
     DeviceConstants,
     InfluenceLoad,
     Memory,
-    actor_memory_as_coded,
-    actor_memory_floor,
     allreduce_sec,
     batch_coordinate_bytes,
     chunk_coordinate_bytes,
+    influence_batch_sec,
+    train_step_sec,
+)
+from d3ray.bench.capacity_snapshot import (
+    actor_memory_as_coded,
+    actor_memory_floor,
     chunk_cost,
     host_to_device_bytes,
-    in_trainer_extra_memory,
-    in_trainer_plan,
-    in_trainer_wait_sec,
-    influence_batch_sec,
-    kvector_bytes,
     publish_device_to_host_bytes,
     snapshot_bytes,
     snapshot_fetch_sec,
     snapshot_plan,
     snapshot_publish_sec,
     snapshot_score_sec,
-    train_step_sec,
 )
 
 HAND = Architecture(name="hand", family="gpt2", layers=1, hidden=4, heads=2, kv_heads=2, ffn=16, vocab=10,
