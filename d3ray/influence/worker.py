@@ -17,7 +17,6 @@ device type. So the rows of a batch are the same whichever worker computes them.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -32,34 +31,13 @@ from d3ray.influence.influence import BatchSketches, LookaheadRows, Reference
 from d3ray.influence.optimizer import AdamWState
 from d3ray.influence.resources import actor_device, actor_threads
 from d3ray.influence.sketch import stable_seed
+from d3ray.influence.snapshot import load_snapshot, resolve, split_snapshot
 from d3ray.influence.statistics import BatchStatistics, CrossEntropyObjective, Params
 from d3ray.lora import LoraConfig
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["InfluenceWorker", "influence_attention", "sample_rows", "split_snapshot"]
-
-#: Buffers some transformers versions keep in GPT-2 state dicts; a snapshot may carry or omit them.
-_OPTIONAL_KEYS = re.compile(r"(^|\.)attn\.(bias|masked_bias)$")
-
-
-def split_snapshot(parts: Sequence[Any] | Mapping[str, Any]) -> tuple[dict[str, Any], AdamWState | None]:
-    """(weights, optimizer state) of a snapshot: a weights dict, or a list of parts (ObjectRefs or
-    values), each a weights dict (merged) or an :class:`AdamWState` (at most one)."""
-    if isinstance(parts, Mapping):
-        return dict(parts), None
-    weights: dict[str, Any] = {}
-    optimizer = None
-    for part in parts:
-        value = _resolve(part)
-        if isinstance(value, AdamWState):
-            if optimizer is not None:
-                raise ValueError("snapshot has two optimizer states")
-            optimizer = value
-        else:
-            weights.update(value)
-    return weights, optimizer
-
+__all__ = ["InfluenceWorker", "influence_attention", "sample_rows"]
 
 def influence_attention(requested: str, double_backward: bool) -> str:
     """The attention kernel of an influence model: eager where the estimator differentiates a gradient
@@ -77,15 +55,6 @@ def sample_rows(n_rows: int, fraction: float, seed: int, batch_id: int) -> np.nd
         return np.arange(n_rows)
     rng = np.random.default_rng(stable_seed("rows", seed, batch_id))
     return np.sort(rng.choice(n_rows, size=take, replace=False))
-
-
-def _resolve(obj: Any) -> Any:
-    """ray.get an ObjectRef (lazily importing Ray); anything else passes through."""
-    if type(obj).__name__ == "ObjectRef":
-        import ray
-
-        return ray.get(obj)
-    return obj
 
 
 class InfluenceWorker:
@@ -150,7 +119,8 @@ class InfluenceWorker:
 
     # ---- weights -------------------------------------------------------------------------------
     def load_weights(self, weights: Sequence[Any] | Mapping[str, Any]) -> None:
-        """Copy a snapshot into the model (skipped when the same ObjectRefs were loaded last).
+        """Copy a snapshot into the model (skipped when the same ObjectRefs were loaded last), strictly
+        (:func:`~d3ray.influence.snapshot.load_snapshot`).
 
         Args:
             weights: name → array (numpy or torch, any float dtype: a bfloat16 snapshot, the D3
@@ -172,39 +142,13 @@ class InfluenceWorker:
                 if key == self._loaded_key:
                     return
         state, self.optimizer = split_snapshot(weights)
-        if state and all(k.startswith("module.") for k in state):
-            state = {k[len("module.") :]: v for k, v in state.items()}
-        own = self.model.state_dict(keep_vars=True)
-        groups: dict[int, list[str]] = {}
-        for name, tensor in own.items():
-            groups.setdefault(tensor.data_ptr(), []).append(name)
-        unexpected = sorted(k for k in state if k not in own and not _OPTIONAL_KEYS.search(k))
-        if unexpected:
-            raise ValueError(
-                f"weights have keys the model does not: {unexpected[:5]} ({len(unexpected)} in all)"
-            )
-        with torch.no_grad():
-            for names in groups.values():
-                present = [n for n in names if n in state]
-                if not present:
-                    if all(_OPTIONAL_KEYS.search(n) for n in names):
-                        continue
-                    raise ValueError(f"weights lack {names[0]!r} (and its tied names {names[1:]})")
-                raw = state[present[0]]
-                # np.array copies: arrays from ray.get are read-only and torch wants writable memory.
-                value = raw if torch.is_tensor(raw) else torch.from_numpy(np.array(raw))
-                target = own[names[0]]
-                if tuple(value.shape) != tuple(target.shape):
-                    raise ValueError(
-                        f"weights {present[0]!r} have shape {tuple(value.shape)}, model {tuple(target.shape)}"
-                    )
-                target.copy_(value.to(device=target.device, dtype=target.dtype))
+        load_snapshot(self.model, state)
         self._loaded_key = key
 
     # ---- batches -------------------------------------------------------------------------------
     def objective(self, batch: Any, batch_id: int) -> CrossEntropyObjective:
         """The loss of the sampled sequences of one batch: ndarray ids, (ids, labels) or {input_ids, labels}."""
-        batch = _resolve(batch)
+        batch = resolve(batch)
         if isinstance(batch, Mapping):
             ids, labels = batch["input_ids"], batch.get("labels")
         elif isinstance(batch, (tuple, list)):
@@ -271,7 +215,7 @@ class InfluenceWorker:
         start = time.perf_counter()
         self.load_weights(weights)
         t_load = time.perf_counter() - start
-        ref = None if reference is None else _resolve(reference[0] if isinstance(reference, Sequence) else reference)
+        ref = None if reference is None else resolve(reference[0] if isinstance(reference, Sequence) else reference)
         params = self.leaves()
         out = sketch_chunk(
             self._statistics(batches, batch_ids, params), batch_ids, params, self.config, self.sketch,

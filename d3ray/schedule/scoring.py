@@ -19,10 +19,11 @@ A plain class (``ray.remote(ScoringWorker)`` where it is created), so tests can 
 Labels come from :func:`d3ray.data.labels.lm_labels`, losses from :func:`d3ray.lm_loss.sequence_losses`:
 the trainers' own definitions.
 
-Snapshot layout: ``weights`` is a list of parts (ObjectRefs, or the objects themselves in tests). A part
-that carries ``exp_avg_sq`` (an attribute, as issue 14's ``AdamWState``, or a mapping key) is the
-optimizer state and is kept as :attr:`ScoringWorker.optimizer_state`; every other part is a model state
-dict (name → array), merged into the model.
+Snapshot layout: ``weights`` is a list of parts (ObjectRefs or the values themselves), read by the
+influence stage's one snapshot reader (:mod:`d3ray.influence.snapshot`): an
+:class:`~d3ray.influence.optimizer.AdamWState` part is the optimizer state, kept as
+:attr:`ScoringWorker.optimizer_state`; every other part is a model state dict (name → array), loaded
+strictly (an unknown or missing key is an error that names it).
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from d3ray.data.labels import lm_labels
+from d3ray.influence.optimizer import AdamWState
 from d3ray.influence.resources import actor_device, actor_threads
+from d3ray.influence.snapshot import load_snapshot, split_snapshot
 from d3ray.run_files import route_logs_to_run_dir
 
 logger = logging.getLogger(__name__)
@@ -58,13 +61,6 @@ class Scorer(Protocol):
     def scores(self, worker: ScoringWorker, batches: list[Any], target: Any) -> np.ndarray:
         """(n,) scores of the candidates of ``batches`` (flat, batch by batch); higher = keep."""
         ...
-
-
-def carries_optimizer_state(part: Any) -> bool:
-    """Whether a snapshot part is the optimizer state (it has ``exp_avg_sq``, as attribute or key)."""
-    if isinstance(part, Mapping):
-        return isinstance(part.get("exp_avg_sq"), Mapping)
-    return hasattr(part, "exp_avg_sq")
 
 
 def _resolve(obj: Any) -> Any:
@@ -123,7 +119,7 @@ class ScoringWorker:
         self.model_config = model_config
         self.model_cfg = model
         self.version_key: Any = None
-        self.optimizer_state: Any = None
+        self.optimizer_state: AdamWState | None = None
         """The optimizer part of the loaded snapshot (carries ``exp_avg_sq``), or None."""
         self._target_key: Any = None
         self._target: Any = None
@@ -150,15 +146,8 @@ class ScoringWorker:
         key = tuple(_key(part) for part in weights)
         if key == self.version_key:
             return
-        state: dict[str, Any] = {}
-        self.optimizer_state = None
-        for part in weights:
-            value = _resolve(part)
-            if carries_optimizer_state(value):
-                self.optimizer_state = value
-            else:
-                state.update(value)
-        load_state(self.model, state)
+        state, self.optimizer_state = split_snapshot(weights)
+        load_snapshot(self.model, state)
         self.version_key = key
 
     def _batches(self, batch_refs: list) -> list[Any]:
@@ -275,7 +264,7 @@ class ScoringWorker:
 
                 ref = build_model(self.model_config, self.model_cfg)
                 with np.load(path) as saved:
-                    load_state(ref, {k: saved[k] for k in saved.files})
+                    load_snapshot(ref, {k: saved[k] for k in saved.files})
             self._references = {path: ref.eval().to(self.device)}  # one at a time
         return self._references[path]
 
@@ -283,11 +272,7 @@ class ScoringWorker:
         """Write the model part of a snapshot to ``path`` (``.npz``) unless it exists; True if written."""
         if os.path.exists(path):
             return False
-        state: dict[str, Any] = {}
-        for part in weights:
-            value = _resolve(part)
-            if not carries_optimizer_state(value):
-                state.update(value)
+        state, _ = split_snapshot(weights)
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp.npz"
         np.savez(tmp, **{k: np.asarray(v) for k, v in state.items()})
@@ -337,18 +322,6 @@ class ScoringWorker:
             raise ValueError(f"{type(scorer).__name__}: non-finite selection scores")
         self._record_busy(type(scorer).__name__, len(scores), started)
         return scores
-
-
-def load_state(model: Any, state: Mapping[str, Any]) -> None:
-    """Copy the arrays of ``state`` whose names the model has into it (cast to its dtypes)."""
-    import torch
-
-    own = model.state_dict()
-    with torch.no_grad():
-        for name, value in state.items():
-            if name in own:  # a bfloat16 snapshot ships torch tensors (numpy has no bfloat16); copy_ crosses devices
-                src = value if torch.is_tensor(value) else torch.from_numpy(np.array(value))
-                own[name].copy_(src.to(own[name].dtype))
 
 
 def start_scorer(ctx: Any, reference: str | None, num_cpus: float, num_gpus: float, name: str) -> Any:

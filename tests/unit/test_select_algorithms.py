@@ -16,6 +16,7 @@ from d3ray.config import RunConfig
 from d3ray.config_loading import ConfigError, load_config
 from d3ray.data.chunker import GlobalBatch
 from d3ray.influence.config import IdentitySketchConfig, SjltSketchConfig
+from d3ray.influence.optimizer import AdamWState
 from d3ray.schedule.select.base import top_k_decision
 from d3ray.schedule.select.delta_loss import DeltaLossScorer, delta_loss_scores, sigmoid_window
 from d3ray.schedule.select.less import AdamMoments, LessScorer, adam_direction, less_scores, target_directions
@@ -215,8 +216,9 @@ def test_less_keeps_the_candidates_aligned_with_the_target(worker_and_state) -> 
     assert kept(plain, 3) == copies
     # The optimizer part of the snapshot switches the Adam features on.
     rng = np.random.default_rng(1)
-    adam = {"exp_avg_sq": {n: rng.random(v.shape).astype(np.float32) * 1e-4 for n, v in state.items()},
-            "exp_avg": {n: np.zeros(v.shape, np.float32) for n, v in state.items()}, "step": 10}
+    adam = AdamWState(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, step=10,
+                      exp_avg_sq={n: rng.random(v.shape).astype(np.float32) * 1e-4 for n, v in state.items()},
+                      exp_avg={n: np.zeros(v.shape, np.float32) for n, v in state.items()})
     preconditioned = worker.score([state, adam], [batch], scorer)
     assert kept(preconditioned, 3) == copies
     assert not np.allclose(plain, preconditioned)

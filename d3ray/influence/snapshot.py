@@ -1,0 +1,102 @@
+"""Reading a weights snapshot into a model: the one reader of every actor that loads the trainers' weights.
+
+The trainers publish a snapshot (``d3ray/train/snapshot.py``) as a list of parts: state dicts (name → array;
+numpy, or torch where numpy has no dtype, as bfloat16) and at most one
+:class:`~d3ray.influence.optimizer.AdamWState`. The influence actors
+(:class:`~d3ray.influence.worker.InfluenceWorker`) and the scoring actors
+(:class:`~d3ray.schedule.scoring.ScoringWorker`) both read it here, strictly:
+
+    parts ─► split_snapshot ─► (weights: name → array, optimizer state or None)
+    weights ─► load_snapshot(model, weights)   every model tensor from its name (or a tied name), cast to the
+                                               model's dtype and device; an unknown or missing key is a
+                                               ValueError that names it, never a tensor silently left as built
+
+A leading ``module.`` on every key (a DeepSpeed engine's state dict) is stripped. A tied weight (GPT-2's
+``lm_head.weight`` is ``transformer.wte.weight``) needs one of its names. The attention buffers some
+transformers versions keep in GPT-2 state dicts (``attn.bias``, ``attn.masked_bias``) may be carried or
+omitted: they are not weights.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from d3ray.influence.optimizer import AdamWState
+
+__all__ = ["load_snapshot", "split_snapshot"]
+
+#: Buffers some transformers versions keep in GPT-2 state dicts; a snapshot may carry or omit them.
+OPTIONAL_KEYS = re.compile(r"(^|\.)attn\.(bias|masked_bias)$")
+
+
+def resolve(obj: Any) -> Any:
+    """ray.get an ObjectRef (lazily importing Ray); anything else passes through."""
+    if type(obj).__name__ == "ObjectRef":
+        import ray
+
+        return ray.get(obj)
+    return obj
+
+
+def split_snapshot(parts: Sequence[Any] | Mapping[str, Any]) -> tuple[dict[str, Any], AdamWState | None]:
+    """(weights, optimizer state) of a snapshot: a weights dict, or a list of parts (ObjectRefs or
+    values), each a weights dict (merged) or an :class:`AdamWState` (at most one).
+
+    Raises:
+        ValueError: two optimizer states.
+    """
+    if isinstance(parts, Mapping):
+        return dict(parts), None
+    weights: dict[str, Any] = {}
+    optimizer = None
+    for part in parts:
+        value = resolve(part)
+        if isinstance(value, AdamWState):
+            if optimizer is not None:
+                raise ValueError("snapshot has two optimizer states")
+            optimizer = value
+        else:
+            weights.update(value)
+    return weights, optimizer
+
+
+def load_snapshot(model: torch.nn.Module, weights: Mapping[str, Any]) -> None:
+    """Copy every tensor of ``model``'s state dict from ``weights`` (cast to the tensor's dtype and device).
+
+    Args:
+        model: the module to load into.
+        weights: name → array (numpy or torch, any float dtype); see the module docstring for the names.
+
+    Raises:
+        ValueError: a key the model does not have, a model tensor with none of its names in ``weights``,
+            or a tensor of another shape; each names the key.
+    """
+    state = dict(weights)
+    if state and all(k.startswith("module.") for k in state):
+        state = {k[len("module.") :]: v for k, v in state.items()}
+    own = model.state_dict(keep_vars=True)
+    groups: dict[int, list[str]] = {}  # tied tensors share storage: one group, any of its names loads it
+    for name, tensor in own.items():
+        groups.setdefault(tensor.data_ptr(), []).append(name)
+    unexpected = sorted(k for k in state if k not in own and not OPTIONAL_KEYS.search(k))
+    if unexpected:
+        raise ValueError(f"weights have keys the model does not: {unexpected[:5]} ({len(unexpected)} in all)")
+    with torch.no_grad():
+        for names in groups.values():
+            present = [n for n in names if n in state]
+            if not present:
+                if all(OPTIONAL_KEYS.search(n) for n in names):
+                    continue
+                raise ValueError(f"weights lack {names[0]!r} (and its tied names {names[1:]})")
+            raw = state[present[0]]
+            # np.array copies: arrays from ray.get are read-only and torch wants writable memory.
+            value = raw if torch.is_tensor(raw) else torch.from_numpy(np.array(raw))
+            target = own[names[0]]
+            if tuple(value.shape) != tuple(target.shape):
+                raise ValueError(f"weights {present[0]!r} have shape {tuple(value.shape)}, model {tuple(target.shape)}")
+            target.copy_(value.to(device=target.device, dtype=target.dtype))
