@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from d3ray.bench.influence import estimator_families, fidelity, variants
+from d3ray.bench.influence_fidelity import fidelity
+from d3ray.bench.influence_variants import estimator_families, variants
 
 
 def _advantage(seed: int, L: int = 5) -> np.ndarray:
