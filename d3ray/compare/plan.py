@@ -129,7 +129,7 @@ def build_plan(cfg: CompareConfig) -> ComparePlan:
         if arm_cfg is not None:
             check_equal_tokens(base_cfg, arm_cfg, arm.name)
         arm_cfgs[arm.name] = arm_cfg
-        methods[arm.name] = arm.method if arm.method is not None else (arm_cfg is not None and orders_with_d3(arm_cfg))
+        methods[arm.name] = arm.method if arm.method is not None else (arm_cfg is not None and arm_cfg.schedule.orders_by_influence)
         for seed in cfg.seeds:
             name = f"{arm.name}-s{seed}"
             config = None
@@ -288,10 +288,3 @@ def _get(data: Any, dotted: str) -> Any:
         data = data.get(part)
     return data
 
-
-def orders_with_d3(cfg: RunConfig) -> bool:
-    """Whether the run orders its chunks with D3 (directly, or as a selector's ``order``)."""
-    from d3ray.schedule.config import StagedScheduleConfig
-
-    schedule = cfg.schedule
-    return schedule.type_name == "d3" or (isinstance(schedule, StagedScheduleConfig) and schedule.order.type_name == "d3")

@@ -36,7 +36,6 @@ from d3ray.compare.stats import (
     paired_comparison,
     summarize,
 )
-from d3ray.config import RunConfig
 
 EQUAL_COMPUTE = "@equal_compute"
 #: Final-metric keys carried into the table besides ``eval/*`` (run figures, not compared by default).
@@ -79,15 +78,6 @@ class ArmResult:
     """The leading baseline arm on this metric (the same for every row of the metric)."""
 
 
-def influence_actors(cfg: RunConfig) -> int:
-    """Influence actors of a D3 run (directly or as a selector's order), else 1 (unused)."""
-    from d3ray.schedule.config import StagedScheduleConfig
-    from d3ray.schedule.order.configs import D3ScheduleConfig
-
-    schedule = cfg.schedule.order if isinstance(cfg.schedule, StagedScheduleConfig) else cfg.schedule
-    return schedule.influence_actors if isinstance(schedule, D3ScheduleConfig) else 1
-
-
 def run_records(plan: ComparePlan, outcomes: list[RunOutcome]) -> list[RunRecord]:
     """Every run's record, with compute and the primary metric at the baseline's compute."""
     records = []
@@ -100,7 +90,7 @@ def run_records(plan: ComparePlan, outcomes: list[RunOutcome]) -> list[RunRecord
                               if (k.startswith("eval/") or k in RUN_FIGURES) and _number(v) and not k.endswith("_se")}
             record.se = {k[:-3]: float(v) for k, v in final.items() if k.endswith("_se") and _number(v)}
             record.se.update(exact_match_se(spec.run_dir, record.metrics))
-            record.compute = run_compute(spec.run_dir, spec.config.train.num_workers, influence_actors(spec.config))
+            record.compute = run_compute(spec.run_dir, spec.config.train.num_workers, spec.config.schedule.influence_actor_count)
             record.metrics.update(record.compute.as_metrics())
             record.metrics.update(readouts(spec.run_dir, plan.compare.metric, plan.compare.report.k, plan.trunk_steps))
         records.append(record)
@@ -128,7 +118,7 @@ def _add_equal_compute(plan: ComparePlan, records: list[RunRecord]) -> None:
         cfg = configs[r.run_dir.name]
         assert cfg is not None
         steps, values = eval_curve(r.run_dir, metric)
-        c_steps, spent = compute_curve(r.run_dir, cfg.train.num_workers, influence_actors(cfg))
+        c_steps, spent = compute_curve(r.run_dir, cfg.train.num_workers, cfg.schedule.influence_actor_count)
         at = value_at_compute(steps, values, c_steps, spent, budget[r.seed])
         if math.isfinite(at.value):
             r.metrics[metric + EQUAL_COMPUTE] = at.value

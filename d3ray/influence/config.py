@@ -24,13 +24,9 @@ logger = logging.getLogger(__name__)
 
 #: ``none``: Δθ_i = −γ·g_i (the paper); ``adam``: the AdamW step of the shipped optimizer state.
 PRECONDITIONERS = ("none", "adam")
-#: Estimators the in-trainer (sharded) placement supports: one backward, linear over shards (drift: its
-#: potential f_i is a sum over ranks of the slices' dot products with the elementwise drift w).
-SHARDED_ESTIMATORS = ("first_order", "drift")
 
 __all__ = [
     "PRECONDITIONERS",
-    "SHARDED_ESTIMATORS",
     "GaussianSketchConfig",
     "IdentitySketchConfig",
     "InfluenceConfig",
@@ -208,9 +204,10 @@ class InfluenceConfig:
     def check_shardable(self) -> None:
         """Raise ValueError unless this config can run on parameter shards (``influence_placement:
         in_trainer``; d3ray/train/sharded_influence.py says why the other estimators cannot)."""
-        if self.estimator.type_name not in SHARDED_ESTIMATORS:
+        if not self.estimator.runs_on_shards:
+            sharded = [name for name in EstimatorConfig.known() if EstimatorConfig.lookup(name).runs_on_shards]
             raise ValueError(
-                f"influence_placement in_trainer supports the estimators {list(SHARDED_ESTIMATORS)}, not "
+                f"influence_placement in_trainer supports the estimators {sharded}, not "
                 f"{self.estimator.type_name!r} (d3ray/train/sharded_influence.py says why); use "
                 "influence_placement: actors for it"
             )

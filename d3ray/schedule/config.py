@@ -89,6 +89,20 @@ class ScheduleConfig(ChoiceConfig):
 
         return with_order_transform(self.build(ctx), self.order_transform)
 
+    @property
+    def orders_by_influence(self) -> bool:
+        """Whether the run's chunks are ordered by D3 influence (this scheduler's own order, or its
+        ``order`` stage's): the studies ask this instead of comparing names (``d3ray compare`` counts such
+        an arm as a method unless told). False here; D3 says True, a staged scheduler asks its order."""
+        return False
+
+    @property
+    def influence_actor_count(self) -> int:
+        """How many influence actors one chunk's ``influence_sec`` (its slowest part) stands for in the
+        compute accounting (``d3ray compare``): 1 here (a scheduler without influence actors logs none);
+        D3 says its ``influence_actors``, a staged scheduler asks its order."""
+        return 1
+
 
 def resources_total(requests: list[ActorRequest]) -> dict[str, float]:
     """Sum of the resources of ``requests`` by resource name."""
@@ -137,6 +151,14 @@ class StagedScheduleConfig(ScheduleConfig):
 
     def build_head(self, ctx: BuildContext) -> Any:
         raise NotImplementedError
+
+    @property
+    def orders_by_influence(self) -> bool:
+        return self.order.orders_by_influence
+
+    @property
+    def influence_actor_count(self) -> int:
+        return self.order.influence_actor_count
 
 
 def known_of_kind(kind: Kind) -> list[str]:

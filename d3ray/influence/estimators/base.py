@@ -12,7 +12,7 @@ needs building. Two kinds, told apart by :attr:`EstimatorConfig.is_exact_lookahe
   L batches (the columns) and the rows are split; merged by
   :func:`~d3ray.influence.influence.influence_from_lookahead`.
 
-Callers ask the estimator (``is_exact_lookahead``, :meth:`merge`) instead of comparing names.
+Callers ask the estimator (``is_exact_lookahead``, ``runs_on_shards``, :meth:`merge`) instead of comparing names.
 """
 
 from __future__ import annotations
@@ -47,6 +47,10 @@ class EstimatorConfig(ChoiceConfig):
     needs_double_backward: ClassVar[bool] = False
     """True when the statistics differentiate a gradient again (Hessian-vector products): the influence
     model then runs eager attention (worker.py: ``influence_attention``)."""
+    runs_on_shards: ClassVar[bool] = False
+    """True when the trainer ranks can estimate it on their ZeRO-3 parameter slices (``influence_placement:
+    in_trainer``): one backward, linear over shards. d3ray/train/sharded_influence.py says why the others
+    cannot (a double backward, per-sequence gradients, one random stream over the whole batch, full steps)."""
 
     def statistics(
         self, objective: CrossEntropyObjective, params: Params, generator: torch.Generator

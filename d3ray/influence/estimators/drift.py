@@ -35,6 +35,7 @@ class DriftConfig(EstimatorConfig):
 
     has_curvature: ClassVar[bool] = False
     exact_potential: ClassVar[bool] = True
+    runs_on_shards: ClassVar[bool] = True  # f_i: a sum over ranks of the slices' dot products with the elementwise w
 
     residual: str = "none"
     """``none`` (default): the potential alone (no sketch, no AdamW direction: the cheapest; the order is

@@ -27,6 +27,7 @@ class FirstOrderConfig(EstimatorConfig):
     """Gradient only (1 backward per batch)."""
 
     has_curvature: ClassVar[bool] = False
+    runs_on_shards: ClassVar[bool] = True
 
     def statistics(
         self, objective: CrossEntropyObjective, params: Params, generator: torch.Generator

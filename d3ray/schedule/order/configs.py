@@ -112,6 +112,14 @@ class D3ScheduleConfig(ScheduleConfig):
 
         return D3Scheduler(self, ctx)
 
+    @property
+    def orders_by_influence(self) -> bool:
+        return True
+
+    @property
+    def influence_actor_count(self) -> int:
+        return self.influence_actors
+
 
 @ScheduleConfig.register("curriculum")
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,54 @@
+"""The studies ask a schedule config instead of comparing scheduler names (issue #30): whether its chunks are
+ordered by influence, how many influence actors its ``influence_sec`` stands for, and whether its estimator runs
+on the trainers' parameter shards. Each answer is checked through the code that asks it (``d3ray compare``'s
+plan and compute accounting, the in-trainer check), for D3 alone, D3 as a staged scheduler's order, and others.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from d3ray.compare.compute import run_compute
+from d3ray.config import RunConfig
+from d3ray.config_loading import load_config
+from d3ray.influence.config import InfluenceConfig
+from d3ray.influence.estimators import EstimatorConfig
+from d3ray.schedule.order.configs import D3ScheduleConfig
+
+
+def _schedule(*overrides: str):
+    return load_config(RunConfig, None, list(overrides)).schedule
+
+
+@pytest.mark.parametrize(("overrides", "by_influence", "actors"), [
+    (["--schedule.type=d3", "--schedule.influence_actors=3"], True, 3),
+    (["--schedule.type=loss", "--schedule.order.type=d3", "--schedule.order.influence_actors=2"], True, 2),
+    (["--schedule.type=odm", "--schedule.order.type=d3"], True, 1),
+    (["--schedule.type=loss"], False, 1),
+    (["--schedule.type=random"], False, 1),
+    (["--schedule.type=curriculum"], False, 1),
+])
+def test_schedule_config_answers_for_itself_and_its_order_stage(overrides, by_influence, actors):
+    schedule = _schedule(*overrides)
+    assert schedule.orders_by_influence is by_influence
+    assert schedule.influence_actor_count == actors
+
+
+def test_compare_compute_scales_influence_seconds_by_the_configs_actor_count(tmp_path):
+    (tmp_path / "schedule_log.jsonl").write_text(json.dumps({"chunk_id": 0, "influence_sec": 2.0, "solver_sec": 0.5}) + "\n")
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "train/loss": 1.0, "time/step_sec": 1.0}) + "\n")
+    staged = _schedule("--schedule.type=loss", "--schedule.order.type=d3", "--schedule.order.influence_actors=3")
+    assert run_compute(tmp_path, 1, staged.influence_actor_count).influence_sec == pytest.approx(6.0)
+
+
+@pytest.mark.parametrize("name", EstimatorConfig.known())
+def test_in_trainer_placement_accepts_exactly_the_estimators_that_run_on_shards(name):
+    estimator = EstimatorConfig.lookup(name)()
+    build = lambda: D3ScheduleConfig(influence_placement="in_trainer", influence=InfluenceConfig(estimator=estimator))  # noqa: E731
+    if name in ("first_order", "drift"):  # one backward, linear over shards (d3ray/train/sharded_influence.py)
+        assert build().in_trainer
+    else:
+        with pytest.raises(ValueError, match=f"not '{name}'.*use influence_placement: actors"):
+            build()
