@@ -1,9 +1,13 @@
-"""In-memory stand-ins for interfaces of d3ray (never for its own logic): a sequence source with the
-protocol of ``d3ray.data.stream.CorpusSource`` over a list, for pure tests of the chunk stream."""
+"""In-memory stand-ins for interfaces of d3ray (never for its own logic): a sequence source
+(``d3ray.data.source.SequenceSource``, whose readers can be shared like ``CorpusSource``'s) over a list,
+for pure tests of the chunk stream."""
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
+
+from d3ray.data.ledger import BadRecordLedger
 
 
 @dataclass(frozen=True)
@@ -12,10 +16,11 @@ class Seq:
     domain: str
     sample_id: str
     n_tokens: int
+    loss_mask: np.ndarray | None = None
 
 
 class ListGroup:
-    """A reader group (``d3ray.data.stream.ReadGroup``) of one sequence: the one at ``index``."""
+    """A reader group (``d3ray.data.source.ReaderGroup``) of one sequence: the one at ``index``."""
 
     def __init__(self, seqs, index):
         self.seqs, self.index = seqs, index
@@ -34,9 +39,13 @@ class ListReader:
         self.start = self.i
         self.near_end = False
         self.reads = 0
+        self.records_read = 0
         self.group = ListGroup(seqs, self.i)
 
     def prestart(self):
+        pass
+
+    def close(self):
         pass
 
     def __iter__(self):
@@ -55,11 +64,19 @@ class ListReader:
 
 
 class ListSource:
-    """The source protocol of d3ray.data.stream.CorpusSource over in-memory sequences."""
+    """The source protocol (d3ray.data.source.SequenceSource) over in-memory sequences."""
+
+    shares_readers = True
 
     def __init__(self, seqs, domains=("d",), shared_span_blocks=0):
         self.seqs, self.domains, self.readers = seqs, list(domains), []
         self.shared_span_blocks = shared_span_blocks  # mixed streams: see d3ray.data.domain_lanes
+        self.ledger = BadRecordLedger()
+
+    def with_ledger(self, ledger):
+        source = copy.copy(self)  # the same list of opened readers
+        source.ledger = ledger
+        return source
 
     def reader(self, epoch, lane, state):
         reader = ListReader([s for s in self.seqs if lane in (None, s.domain)], state)

@@ -270,7 +270,7 @@ def run(args: argparse.Namespace) -> int:
     import ray
 
     from d3ray.data.chunker import ChunkStream
-    from d3ray.data.stream import CorpusSource
+    from d3ray.data.corpus_source import CorpusSource
 
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the plain loop and each tokenizer: one core
     os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")

@@ -25,8 +25,8 @@ from d3ray.data.skills import check_answer, generate_suite, write_sft_suite
 
 _LAZY = {
     "document_dataset": "d3ray.data.pipeline",
-    "iter_packed_sequences": "d3ray.data.stream",
-    "CorpusSource": "d3ray.data.stream",
+    "iter_packed_sequences": "d3ray.data.corpus_source",
+    "CorpusSource": "d3ray.data.corpus_source",
     "ensure_tokenizer": "d3ray.data.tokenizer",
     "load_tokenizer": "d3ray.data.tokenizer",
     "train_tokenizer": "d3ray.data.tokenizer",

@@ -15,6 +15,7 @@ from typing import Any
 from d3ray.data.chunker import ChunkStream
 from d3ray.data.config import DataConfig
 from d3ray.data.sft import SftDataConfig
+from d3ray.data.source import SequenceSource
 
 
 def build_chunk_stream(
@@ -24,8 +25,9 @@ def build_chunk_stream(
 ) -> ChunkStream:
     """The run's deterministic chunk stream (needs Ray for pre-training data; built in the coordinator),
     from ``cursor`` (a ``Chunk.cursor``) when given, drawn by domain when ``mixture_for_chunk`` is given."""
+    from d3ray.data.corpus_source import CorpusSource
+    from d3ray.data.iterable_source import IterableSource
     from d3ray.data.ledger import BadRecordLedger
-    from d3ray.data.stream import CorpusSource, IterableSource
 
     ledger = BadRecordLedger()
     if sft is not None:
@@ -34,7 +36,7 @@ def build_chunk_stream(
         def sft_epoch(epoch: int, task: str | None, counts: BadRecordLedger) -> Any:
             return iter_sft_sequences(sft, tokenizer_dir, counts, task=task)
 
-        source: Any = IterableSource(sft_epoch, ledger, domains=lambda: list(sft_task_counts(sft)))
+        source: SequenceSource = IterableSource(sft_epoch, ledger, domains=lambda: list(sft_task_counts(sft)))
     else:
         source = CorpusSource(shards, data, tokenizer_dir, ledger)
     return ChunkStream(source, batch_size, chunk_len, shuffle_buffer, seed,

@@ -22,7 +22,8 @@ Mixed (``mixture_for_chunk(chunk_id) -> {domain: weight} | None``, None = keep t
 
 Every chunk carries ``cursor``: the stream's JSON-safe state at the chunk's start. A stream built
 with ``cursor=chunk.cursor`` yields that chunk and the ones after it, identical to the uninterrupted
-stream, without reading what came before (see d3ray/data/stream.py for what the state holds).
+stream, without reading what came before (see d3ray/data/lane.py and the source's reader, e.g.
+d3ray/data/corpus_source.py, for what the state holds).
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ from typing import Any
 import numpy as np
 
 from d3ray.data.domain_lanes import DomainLanes
+from d3ray.data.lane import Lane
 from d3ray.data.mixture import draw_domains, validate_mixture
-from d3ray.data.stream import Lane
+from d3ray.data.packing import PackedSequence
+from d3ray.data.source import SequenceSource
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +149,7 @@ class ChunkStreamStats:
     """Mixed: sequences drawn per domain."""
 
 
-def make_batch(sequences: Sequence[Any], epoch: int | Sequence[int]) -> GlobalBatch:
+def make_batch(sequences: Sequence[PackedSequence], epoch: int | Sequence[int]) -> GlobalBatch:
     """Stack packed sequences (``tokens``, ``n_tokens``, ``sample_id``, ``domain``, optional
     ``loss_mask``) into a batch; ``epoch`` is the epoch of all of them or one per sequence. A batch
     has a loss mask when any of its sequences has one; a sequence without one then gets
@@ -154,7 +157,7 @@ def make_batch(sequences: Sequence[Any], epoch: int | Sequence[int]) -> GlobalBa
     per_seq = [epoch] * len(sequences) if isinstance(epoch, int) else list(epoch)
     input_ids = np.stack([np.asarray(s.tokens, dtype=np.int32) for s in sequences])
     n_tokens = np.asarray([s.n_tokens for s in sequences], dtype=np.int32)
-    masks = [getattr(s, "loss_mask", None) for s in sequences]
+    masks = [s.loss_mask for s in sequences]
     loss_mask = None
     if any(m is not None for m in masks):
         loss_mask = np.arange(input_ids.shape[1])[None, :] < n_tokens[:, None]  # (B, T)
@@ -174,7 +177,8 @@ class ChunkStream:
     """Iterates chunks from a corpus source, plain or mixed, from the start or from a cursor.
 
     Args:
-        source: opens per-epoch sequence readers (:class:`d3ray.data.stream.CorpusSource`).
+        source: opens per-epoch sequence readers (a :class:`~d3ray.data.source.SequenceSource`: a
+            :class:`~d3ray.data.corpus_source.CorpusSource` or an :class:`~d3ray.data.iterable_source.IterableSource`).
         batch_size: B, sequences per global batch.
         chunk_len: L, batches per chunk.
         shuffle_buffer: seeded streaming shuffle of sequences (0 = off); per lane when mixing.
@@ -185,12 +189,12 @@ class ChunkStream:
         shared_span_blocks: mixed streams: how far (in blocks) the shared reader's per-domain queues may
             reach before a starved domain gets a lane of its own (d3ray.data.domain_lanes); 0 = a lane per
             domain. Default: the source's ``shared_span_blocks`` (``data.mix_shared_span_blocks`` for a
-            corpus), else 0 (sources whose readers cannot be shared, e.g. SFT files).
+            corpus; 0 for sources whose readers cannot be shared, e.g. SFT files).
     """
 
     def __init__(
         self,
-        source: Any,
+        source: SequenceSource,
         batch_size: int,
         chunk_len: int,
         shuffle_buffer: int = 0,
@@ -200,7 +204,7 @@ class ChunkStream:
         shared_span_blocks: int | None = None,
     ) -> None:
         self.source = source
-        self.ledger = getattr(source, "ledger", None)
+        self.ledger = source.ledger
         self.batch_size = batch_size
         self.chunk_len = chunk_len
         self.shuffle_buffer = shuffle_buffer
@@ -215,8 +219,7 @@ class ChunkStream:
                 )
         self.cursor = cursor
         self.stats = ChunkStreamStats()
-        self.shared_span_blocks = (int(getattr(source, "shared_span_blocks", 0)) if shared_span_blocks is None
-                                   else shared_span_blocks)
+        self.shared_span_blocks = source.shared_span_blocks if shared_span_blocks is None else shared_span_blocks
         self.lanes: dict[str | None, Lane] = {}
         """The lanes being read: ``None`` (plain), or the domains on lanes of their own (mixed)."""
         self.domain_lanes: DomainLanes | None = None

@@ -2,7 +2,7 @@
 
 A mixer draws each slot's domain and takes that domain's next sequence. Domain d's stream is fixed
 by the data alone: d's documents in corpus order, packed per domain, shuffled per domain epoch with
-``[seed, 1 + index(d), epoch]`` (``d3ray.data.stream.Lane``). Two ways to produce it:
+``[seed, 1 + index(d), epoch]`` (``d3ray.data.lane.Lane``). Two ways to produce it:
 
 * a **lane** of its own (``Lane(source, d, ...)``): a Ray Data stream that reads every shard that can
   hold d and tokenizes only d's documents; it moves at d's pace, whatever the mixture;
@@ -22,7 +22,7 @@ the run's ledger). ``span_blocks = 0``: a lane per domain from the start (no sha
 **State** (``state()``, inside the mixed cursor): ``{"lanes": {domain: LANE}, "shared": null |
 {"epoch", "reader", "skip": {domain: n}}}``. Every domain's LANE is a valid lane state (a lane started
 from it continues that domain exactly), for shared domains too; ``shared`` restarts the shared reader
-at the block of the oldest queued sequence (``reader``, a :class:`~d3ray.data.stream.ReadGroup`
+at the block of the oldest queued sequence (``reader``, a :class:`~d3ray.data.corpus_source.ReadGroup`
 state), where each shared domain drops its first ``skip`` sequences (taken before the cursor). A
 resume re-reads at most the span of the queues (< ``span_blocks`` + 1 blocks) plus, per lane, one
 block. A cursor without ``shared`` (one lane per domain) resumes its lanes and shares the rest.
@@ -34,14 +34,16 @@ still applies), since the shared reader reads and counts those records too.
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from d3ray.data.lane import Lane
 from d3ray.data.ledger import BadRecordLedger
-from d3ray.data.stream import Lane, ShuffleBuffer
+from d3ray.data.packing import PackedSequence
+from d3ray.data.shuffle import ShuffleBuffer
+from d3ray.data.source import ReaderGroup, SequenceReader, SequenceSource
 
 logger = logging.getLogger(__name__)
 
@@ -53,13 +55,13 @@ class _Group:
 
     number: int
     epoch: int
-    read_group: Any
+    read_group: ReaderGroup
     pulled_before: dict[str, int]
 
 
 @dataclass
 class _Queued:
-    seq: Any
+    seq: PackedSequence
     epoch: int
     group: _Group
     ordinal: int  # its domain's sequences pulled before it (minus ``group.pulled_before``: its index in the group)
@@ -79,7 +81,8 @@ class DomainLanes:
     """Each domain's next sequence for the mixed chunk stream (see the module docstring).
 
     Args:
-        source: a :class:`~d3ray.data.stream.CorpusSource` (or any source whose readers have ``group``).
+        source: the sequence source; with ``span_blocks`` > 0 one whose readers can be shared
+            (``shares_readers``: a :class:`~d3ray.data.corpus_source.CorpusSource`).
         shuffle_buffer: sequences in each domain's shuffle buffer (0 = stream order).
         seed: the run seed; domain d's shuffle of epoch e is seeded ``[seed, 1 + index(d), e]``.
         span_blocks: how many blocks the shared reader's queues may span before a starved domain gets
@@ -87,8 +90,11 @@ class DomainLanes:
         state: a :meth:`state` to resume from (None: every domain at its start).
     """
 
-    def __init__(self, source: Any, shuffle_buffer: int, seed: int, span_blocks: int,
+    def __init__(self, source: SequenceSource, shuffle_buffer: int, seed: int, span_blocks: int,
                  state: dict[str, Any] | None = None) -> None:
+        if span_blocks > 0 and not source.shares_readers:
+            raise ValueError(f"a shared reader (span_blocks={span_blocks}) needs a source that shares its readers; "
+                             f"{type(source).__name__} reads each domain on a lane of its own: pass span_blocks=0")
         self.source, self.shuffle_buffer, self.seed, self.span_blocks = source, shuffle_buffer, seed, span_blocks
         self.domains = list(source.domains)
         state = state or {"lanes": {}, "shared": None}
@@ -124,8 +130,8 @@ class DomainLanes:
         self._group: _Group | None = None
         self._groups = 0
         self._span_ok_at = -1  # the group at which the span was last found within bounds
-        self._reader: Any = None
-        self._next_reader: Any = None
+        self._reader: SequenceReader | None = None  # the shared reader (when some domain is shared)
+        self._next_reader: SequenceReader | None = None
         if self.shared:
             self._epoch = int(shared_state["epoch"]) if shared_state else 0
             self._reader = source.reader(self._epoch, None, shared_state["reader"] if shared_state else None)
@@ -137,7 +143,7 @@ class DomainLanes:
             return self.shared[domain].epoch
         return self.lanes[domain].epoch
 
-    def next(self, domain: str) -> Any | None:
+    def next(self, domain: str) -> PackedSequence | None:
         """The domain's next sequence, or None when its epoch is over (it then stands at the next one)."""
         if domain in self.shared:
             out = self._next_shared(domain)
@@ -150,8 +156,8 @@ class DomainLanes:
     def prestart(self, domain: str) -> None:
         """Start reading for ``domain`` in the background (its lane, or the shared reader)."""
         if domain in self.shared:
-            if hasattr(self._reader, "prestart"):
-                self._reader.prestart()
+            assert self._reader is not None  # shared domains have the shared reader
+            self._reader.prestart()
             return
         if domain not in self.lanes:
             self.lanes[domain] = self._lane(domain, None)
@@ -160,7 +166,7 @@ class DomainLanes:
     def close(self) -> None:
         """Stop every Ray Data stream (the shared reader's, the pre-started one and every lane's)."""
         for reader in (self._reader, self._next_reader):
-            if reader is not None and hasattr(reader, "close"):
+            if reader is not None:
                 reader.close()
         self._next_reader = None
         for lane in self.lanes.values():
@@ -218,8 +224,9 @@ class DomainLanes:
 
     def _pull(self) -> None:
         """One sequence from the shared reader into its domain's queue (or the next epoch's reader)."""
+        assert self._reader is not None
         seq = next(self._reader, None)
-        if self._next_reader is None and getattr(self._reader, "near_end", False):
+        if self._next_reader is None and self._reader.near_end:
             self._next_reader = self.source.reader(self._epoch + 1, None, None)
             self._next_reader.prestart()
         if seq is None:
@@ -241,6 +248,7 @@ class DomainLanes:
             s.queue.append(_Queued(seq, self._epoch, group, ordinal))
 
     def _current_group(self) -> _Group:
+        assert self._reader is not None
         read_group = self._reader.group
         if self._group is None or self._group.read_group is not read_group:
             self._group = _Group(self._groups, self._epoch, read_group, dict(self._pulled))
@@ -292,9 +300,8 @@ class DomainLanes:
 
     def _lane(self, domain: str, state: dict[str, Any] | None) -> Lane:
         source = self.source
-        if self.span_blocks > 0 and hasattr(source, "ledger"):
-            source = copy.copy(source)  # the shared reader counts this domain's records into the run's ledger
-            source.ledger = BadRecordLedger(log_first=0)
+        if self.span_blocks > 0:  # the shared reader counts this domain's records into the run's ledger
+            source = source.with_ledger(BadRecordLedger(log_first=0))
         return Lane(source, domain, self.shuffle_buffer, [self.seed, 1 + self.domains.index(domain)], state)
 
     def _seed_key(self, domain: str, epoch: int) -> list[int]:

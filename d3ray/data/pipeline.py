@@ -10,7 +10,7 @@
     iter_token_blocks (consumer: e.g. the schedule coordinator actor)
       │  BadRecordLedger: count/log bad rows per block, stop above max_bad_fraction
       ▼  TokenBlock (good documents, columnar) + the position of the block's first row
-    SequencePacker.feed_block (d3ray.data.stream) → per-domain (T,) sequences with stable ids
+    SequencePacker.feed_block (d3ray.data.corpus_source) → per-domain (T,) sequences with stable ids
 
 One task per shard reads and tokenizes (:func:`read_and_tokenize`, its tokenizer cached per Ray worker
 process), ``tokenize_actors`` shards at once: a task runs in one of Ray's pooled worker processes where

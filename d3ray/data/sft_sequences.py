@@ -207,7 +207,7 @@ def _good_record_batches(cfg: SftDataConfig, ledger: BadRecordLedger,
 
 def sft_task_counts(cfg: SftDataConfig) -> dict[str, int]:
     """Good records per task of ``cfg.paths`` (a full read, no tokenizing), tasks sorted: the domains a
-    mixer can mix in SFT, and the lanes of the SFT stream (:class:`~d3ray.data.stream.IterableSource`)."""
+    mixer can mix in SFT, and the lanes of the SFT stream (:class:`~d3ray.data.iterable_source.IterableSource`)."""
     if not cfg.paths:
         raise ValueError("sft.paths is empty: give SFT JSONL files or folders")
     counts: dict[str, int] = {}

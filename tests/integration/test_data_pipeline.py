@@ -14,8 +14,8 @@ from d3ray.data import (
     list_shards,
     write_sample_corpus,
 )
+from d3ray.data.corpus_source import iter_packed_sequences
 from d3ray.data.pipeline import document_dataset
-from d3ray.data.stream import iter_packed_sequences
 from d3ray.data.tokenizer import train_tokenizer
 from tests.conftest import start_local_ray
 from tests.data_oracle import reference_sequences

@@ -19,7 +19,7 @@ from d3ray.data import (
     list_shards,
 )
 from d3ray.data.chunker import ChunkStream, make_batch
-from d3ray.data.stream import CorpusSource
+from d3ray.data.corpus_source import CorpusSource
 from d3ray.data.tokenizer import encode_texts, load_backend_tokenizer, train_tokenizer
 from tests.conftest import start_local_ray
 from tests.data_oracle import reference_sequences

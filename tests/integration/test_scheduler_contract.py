@@ -95,8 +95,8 @@ def mix_inputs(tmp_path_factory, corpus):
 def corpus_sequences(corpus) -> list:
     """Every packed sequence of the corpus' first epoch, through the Ray Data reader, once per module."""
     from d3ray.data.config import DataConfig
+    from d3ray.data.corpus_source import CorpusSource
     from d3ray.data.shards import list_shards
-    from d3ray.data.stream import CorpusSource
     from tests.conftest import start_local_ray
 
     start_local_ray()

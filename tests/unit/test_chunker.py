@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from d3ray.data.chunker import ChunkStream
-from d3ray.data.stream import ShuffleBuffer
+from d3ray.data.shuffle import ShuffleBuffer
 from d3ray.schedule.scheduler import random_order
 from d3ray.train.config import TrainConfig
 from d3ray.train.deepspeed_config import lr_factor

@@ -13,12 +13,13 @@ import pytest
 from d3ray.config import RunConfig
 from d3ray.config_loading import ConfigError, load_config
 from d3ray.data.chunk_stream import build_chunk_stream
+from d3ray.data.chunker import ChunkStream
 from d3ray.data.config import TokenizerConfig
+from d3ray.data.iterable_source import IterableSource
 from d3ray.data.ledger import BadRecordFractionError, BadRecordLedger
 from d3ray.data.sft import SftDataConfig, plain_prompt
 from d3ray.data.sft_sequences import iter_sft_sequences, sft_task_counts
 from d3ray.data.skills import generate_suite
-from d3ray.data.stream import IterableSource
 from d3ray.data.tokenizer import load_tokenizer, train_tokenizer_from_texts
 
 TASKS = ("add", "copy", "word")
@@ -138,6 +139,30 @@ def test_mixed_sft_chunk_stream_draws_each_task_once_per_task_epoch(tmp_path, to
                                  mixture_for_chunk=lambda c: mixture)
     again = list(itertools.islice(resumed, 2))
     assert [b.sample_ids for c in again for b in c.batches] == [b.sample_ids for c in chunks[2:] for b in c.batches]
+
+
+def test_a_shared_reader_over_sft_files_is_refused_naming_the_way_out(tmp_path, tokenizer):
+    """SFT readers cannot be shared (no read groups): a mixed stream asked for a shared reader says so at its
+    start, instead of failing on the first sequence with an attribute error."""
+    cfg = SftDataConfig(paths=[sft_file(tmp_path / "d.jsonl", n=12, bad_at=())], seq_len=32)
+    source = source_of(cfg, tokenizer)
+    assert source.shared_span_blocks == 0  # the default a ChunkStream takes: a lane per task
+    with pytest.raises(TypeError, match="no read groups.*shares_readers is False"):
+        _ = source.reader(0, None, None).group
+    stream = ChunkStream(source, 2, 3, mixture_for_chunk=lambda c: {"add": 0.5, "copy": 0.5}, shared_span_blocks=2)
+    with pytest.raises(ValueError, match=r"span_blocks=2\).*IterableSource.*pass span_blocks=0"):
+        next(iter(stream))
+
+
+def test_a_task_lanes_ledger_is_its_own_and_the_source_stays_the_runs(tmp_path, tokenizer):
+    """``with_ledger``: the copy's readers count into the new ledger only; the run's source is untouched."""
+    cfg = SftDataConfig(paths=[sft_file(tmp_path / "d.jsonl", n=12, bad_at=(3,))], seq_len=32, max_bad_fraction=0.5)
+    run_ledger, lane_ledger = BadRecordLedger(), BadRecordLedger()
+    source = source_of(cfg, tokenizer, run_ledger)
+    lane_source = source.with_ledger(lane_ledger)
+    assert source.ledger is run_ledger and lane_source.ledger is lane_ledger
+    assert ids(lane_source.reader(0, None, None)) == ids(source_of(cfg, tokenizer).reader(0, None, None))
+    assert lane_ledger.total == 13 and lane_ledger.total_bad == 1 and run_ledger.total == 0
 
 
 def mix_schedule(*overrides: str):
