@@ -115,7 +115,7 @@ class CompareConfig:
     max_concurrent_runs: int = 1
     """1: one run after another in this process (a small box). N > 1: up to N runs at once, each a
     Ray task holding ``driver_cpus`` (a cluster). 0: N from the cluster's resources and each run's
-    needs (``d3ray.tune.sweep.trial_resources``)."""
+    needs (``d3ray.tune.trial_resources.trial_resources``)."""
     driver_cpus: float = 1.0
     """CPUs reserved for each run's driver task when runs go in parallel."""
     confidence: float = 0.95

@@ -6,7 +6,7 @@
                          max_concurrent_runs = 1   one after another in this process (one Ray instance)
                          max_concurrent_runs = N   Ray tasks (one per run, ``driver_cpus`` each, a fresh
                                                    worker process per run), at most N in flight
-                         max_concurrent_runs = 0   N from the cluster and each run's needs (tune.sweep)
+                         max_concurrent_runs = 0   N from the cluster and each run's needs (tune.trial_resources)
     each run: run_pretrain(cfg) → done | failed (error + traceback in <run_dir>/compare_error.txt);
               <run_dir>/compare_status.json records the outcome either way
 
@@ -210,7 +210,7 @@ def derive_concurrency(plan: ComparePlan, todo: list[RunSpec]) -> int:
     """Runs that fit the cluster at once (``max_concurrent_runs: 0``), as ``d3ray sweep`` sizes trials."""
     import ray
 
-    from d3ray.tune.sweep import concurrent_trials
+    from d3ray.tune.trial_resources import concurrent_trials
 
     cluster = {k: v for k, v in ray.cluster_resources().items() if not k.startswith("node:")}
     limit, per_run = concurrent_trials(cluster, [spec.config for spec in todo if spec.config is not None],

@@ -4,7 +4,7 @@
          │
          ▼
     Tuner(with_resources(train_driver, {CPU: driver_cpus}), param_space, ASHA on eval/mean_loss)
-         │  per trial: the Tune function "driver" builds the trial's RunConfig
+         │  per trial (trial_driver.py): the Tune function "driver" builds the trial's RunConfig
          │             (base + the trial's dotted keys; name <sweep>-<trial_id>, output_dir <sweep dir>/runs)
          │             and fits the TorchTrainer through run_pretrain, whose Ray Train callback
          │             forwards every checkpointed report with a finite metric to Tune
@@ -13,8 +13,8 @@
 
 This is the documented Train V2 + Tune pattern (RAY_NOTES section 1): Tune schedules the drivers,
 each driver's Train run reserves its own workers outside the trial, so Tune cannot see their
-resources; ``max_concurrent_trials`` is therefore derived here from the cluster's resources and each
-trial's needs (:func:`trial_resources`). A stopped or failed trial's driver takes its Train run and
+resources; ``max_concurrent_trials`` is therefore derived from the cluster's resources and each
+trial's needs (``trial_resources.py``). A stopped or failed trial's driver takes its Train run and
 its coordinator/influence/solver actors down with it (Ray's ownership); the next trial needs the
 dashboard (``ray[default]``) to find the stopped run's placement group free (RAY_NOTES section 0).
 
@@ -26,19 +26,15 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from d3ray.cluster import gpu_shares, gpus_held
 from d3ray.config import RunConfig, absolute_paths
 from d3ray.config_loading import ConfigError, from_dict, to_dict
-from d3ray.data.pipeline import stream_cpus
-from d3ray.schedule.config import resources_total
-from d3ray.tune.config import STEP_ATTR, SweepConfig, is_uri
+from d3ray.tune.config import SweepConfig, is_uri
 from d3ray.tune.results import (
     TrialRow,
     best_config_yaml,
@@ -57,19 +53,10 @@ from d3ray.tune.search_space import (
     validate_space,
     varying_keys,
 )
+from d3ray.tune.trial_driver import TrialPlan, train_driver
+from d3ray.tune.trial_resources import concurrent_trials
 
 logger = logging.getLogger(__name__)
-
-@dataclass(frozen=True)
-class TrialPlan:
-    """What every trial driver needs (passed with ``tune.with_parameters``; no globals)."""
-
-    base: dict[str, Any]
-    """The base RunConfig as a plain dict, paths absolute."""
-    sweep_name: str
-    runs_dir: str
-    """Absolute parent of the trials' run directories."""
-    metric: str
 
 
 @dataclass
@@ -111,121 +98,6 @@ def load_base(sweep: SweepConfig) -> dict[str, Any]:
         logger.info("sweep: trials share the cluster, so data.tokenize_actors=0 runs each trial with 1 tokenizer")
         base["data"]["tokenize_actors"] = 1
     return base
-
-
-def trial_resources(cfg: RunConfig, driver_cpus: float) -> dict[str, float]:
-    """Resources one trial holds at once: driver, trainers, Ray Data, and the scheduler's actors.
-
-    CPU = driver + workers·cpus_per_worker + the stream's read and tokenize work (``data.pipeline.stream_cpus``,
-    the reservation Ray Data makes) + the scheduler's actors (``schedule.actor_requests()``: D3's influence
-    and solver actors, scoring actors, ...);
-    GPU = workers·gpus_per_worker + the scheduler's actors'; custom resources likewise.
-    """
-    t, d = cfg.train, cfg.data
-    need: dict[str, float] = {
-        "CPU": driver_cpus
-        + t.num_workers * t.cpus_per_worker
-        + stream_cpus(d),
-        "GPU": t.num_workers * t.gpus_per_worker,
-    }
-    for name, amount in resources_total(cfg.schedule.actor_requests()).items():
-        need[name] = need.get(name, 0.0) + amount
-    return {k: v for k, v in need.items() if v > 0}
-
-
-def derive_max_concurrent_trials(cluster: dict[str, float], per_trial: dict[str, float]) -> int:
-    """Trials that fit the cluster at once: min over resources of ⌊total / per trial⌋, at least 1.
-
-    On an autoscaling cluster the current resources understate what it can grow to: set
-    ``max_concurrent_trials`` in the sweep config there.
-    """
-    fits = []
-    for name, amount in per_trial.items():
-        have = float(cluster.get(name, 0.0))
-        fits.append(math.floor(have / amount + 1e-9))
-        if have < amount:
-            logger.warning(
-                "a trial needs %s=%g but the cluster has %g now (autoscaling?)", name, amount, have
-            )
-    return max(1, min(fits)) if fits else 1
-
-
-def trials_on_gpus(shares: list[float], gpus: float, at_most: int) -> int:
-    """How many trials (at most ``at_most``) with GPU ``shares`` each fit on ``gpus`` GPUs at once
-    (:func:`gpus_held` of their shares together); 0 when not even one does."""
-    trials = at_most
-    while trials > 0 and gpus_held(shares * trials) > gpus + 1e-9:
-        trials -= 1
-    return trials
-
-
-def concurrent_trials(cluster: dict[str, float], configs: list[RunConfig], driver_cpus: float) -> tuple[int, dict]:
-    """Trials of ``configs`` that fit ``cluster`` at once, and the most any one needs of each resource:
-    :func:`derive_max_concurrent_trials` over :func:`trial_resources`, and for GPUs the placement of
-    each trial's shares (:func:`trials_on_gpus`: ⌊GPUs / per trial⌋ counts 3 trials of 2 ranks × 0.6
-    on 4 GPUs, where only 2 fit), at least 1."""
-    per_trial: dict[str, float] = {}
-    for cfg in configs:  # the most any trial needs, resource by resource
-        for name, amount in trial_resources(cfg, driver_cpus).items():
-            per_trial[name] = max(per_trial.get(name, 0.0), amount)
-    fits = derive_max_concurrent_trials(cluster, per_trial)  # ⌊total / per trial⌋: an upper bound for GPUs
-    for shares in (gpu_shares(cfg) for cfg in configs):
-        if shares:
-            fits = min(fits, trials_on_gpus(shares, float(cluster.get("GPU", 0.0)), fits))
-    return max(1, fits), per_trial
-
-
-def _finite_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
-    """Drop non-finite numbers (NaN/inf must never reach Tune's scheduler or Train's scoring)."""
-    out = {}
-    for key, value in metrics.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            continue
-        out[key] = value
-    return out
-
-
-def sweep_report_callback(metric: str, steps: int) -> Any:
-    """A Ray Train callback forwarding rank 0's intermediate reports to Tune (for ASHA).
-
-    The trainers report at checkpoints (every ``train.checkpoint_every_chunks`` chunks) with the
-    training ``step`` and the latest validation metrics. Forwarded: reports before the last step
-    that carry a finite ``metric`` (Tune requires it in every result; NaN/inf must never reach it).
-    The last step's metrics are reported by the driver once ``run_pretrain`` has returned, so an
-    ASHA stop on them cannot cut the run's final bookkeeping (final_metrics.json) short.
-    """
-    from ray.tune.integration.ray_train import TuneReportCallback
-
-    class SweepReportCallback(TuneReportCallback):
-        def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
-            row = _finite_metrics(metrics[0])
-            if metric not in row or row.get(STEP_ATTR, steps) >= steps:
-                return
-            super().after_report(run_context, [row], checkpoint)
-
-    return SweepReportCallback()
-
-
-def train_driver(params: dict[str, Any], plan: TrialPlan) -> None:
-    """The Tune function trainable: one whole training run with the trial's parameters.
-
-    Raises:
-        RuntimeError: the run ended without a finite metric (diverged, or no validation data).
-    """
-    import ray.tune
-
-    from d3ray.train.run import run_pretrain
-
-    trial_id = ray.tune.get_context().get_trial_id()
-    cfg = trial_run_config(plan.base, params, name=f"{plan.sweep_name}-{trial_id}", output_dir=plan.runs_dir)
-    final = run_pretrain(cfg, callbacks=[sweep_report_callback(plan.metric, cfg.train.steps)])
-    row = _finite_metrics({k: v for k, v in final.items() if isinstance(v, (int, float, str))})
-    if plan.metric not in row:
-        raise RuntimeError(
-            f"trial {trial_id} ended without a finite {plan.metric} (got {final.get(plan.metric)!r}): "
-            "the run diverged, or it has no validation data"
-        )
-    ray.tune.report({**row, STEP_ATTR: final.get("steps", cfg.train.steps)})
 
 
 def _write_text(directory: str, name: str, text: str) -> str:

@@ -8,7 +8,7 @@ no device is needed) places what d3ray asks for where it should.
   through the curriculum scheduler) for configs that ask for GPU shares, hold those shares, so
   ``device_for_resources("auto", ..., cuda_available=True)`` picks cuda for them and cpu for the ones
   with ``num_gpus=0``; ``actor_threads()`` equals the CPUs they reserved;
-- sweep accounting (d3ray/tune/sweep.py): ``concurrent_trials`` against the cluster's
+- sweep accounting (d3ray/tune/trial_resources.py): ``concurrent_trials`` against the cluster's
   ``ray.cluster_resources()`` equals the number of trials whose trainer ranks and scheduler actors
   Ray actually places at once (placement groups of each trial's bundles; one more stays pending).
 
@@ -118,7 +118,7 @@ def placed_trials(cfg, driver_cpus: float, trials: int) -> int:
     from ray.util.placement_group import placement_group, remove_placement_group
 
     from d3ray.train.run import trainer_resources
-    from d3ray.tune.sweep import trial_resources
+    from d3ray.tune.trial_resources import trial_resources
 
     bundles = [trainer_resources(cfg.train)] * cfg.train.num_workers
     for request in cfg.schedule.actor_requests():
@@ -167,7 +167,7 @@ def probe() -> dict:
     (2 GPUs of ranks, 0.75 of actors, on 8), and their start-ups overlap."""
     import ray
 
-    from d3ray.tune.sweep import concurrent_trials
+    from d3ray.tune.trial_resources import concurrent_trials
 
     started = time.perf_counter()
     os.environ.pop("RAY_ADDRESS", None)
@@ -260,7 +260,8 @@ def test_sweep_concurrency_is_what_the_cluster_places(placement, case, expected)
 def test_gpus_held_and_concurrency_without_ray():
     """The same accounting on paper: fractions above 0.5 never share a GPU; smaller ones fill leftovers;
     a sweep takes the trial that fits least."""
-    from d3ray.tune.sweep import concurrent_trials, gpus_held
+    from d3ray.cluster import gpus_held
+    from d3ray.tune.trial_resources import concurrent_trials
 
     assert gpus_held([0.6, 0.6]) == 2 and gpus_held([0.75, 0.75, 0.25, 0.25]) == 2
     assert gpus_held([0.5, 0.5, 0.25]) == 2 and gpus_held([2.0, 0.5]) == 3

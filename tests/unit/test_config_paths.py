@@ -102,7 +102,8 @@ def test_sweep_trials_count_the_streams_reservation_and_auto_tokenizers_become_o
     from d3ray.config import RunConfig
     from d3ray.config_loading import from_dict, load_config
     from d3ray.tune.config import SweepConfig
-    from d3ray.tune.sweep import load_base, trial_resources
+    from d3ray.tune.sweep import load_base
+    from d3ray.tune.trial_resources import trial_resources
 
     cfg = load_config(RunConfig, None, ["--data.tokenize_actors=2", "--schedule.type=random", "--train.num_workers=1",
                                         "--train.cpus_per_worker=1"])

@@ -18,7 +18,8 @@ from d3ray.tune.search_space import (
     tune_param_space,
     validate_space,
 )
-from d3ray.tune.sweep import derive_max_concurrent_trials, prepare
+from d3ray.tune.sweep import prepare
+from d3ray.tune.trial_resources import derive_max_concurrent_trials
 from tests.conftest import REPO
 
 BASE = {"schedule": {"type": "random"}}
