@@ -62,7 +62,7 @@ def test_seeds_for_power_paper_effect_and_degenerate_inputs():
 
 
 def test_power_line_known_comparison_names_sd_and_seeds_for_observed_and_paper_effects():
-    from d3ray.compare.report import power_line
+    from d3ray.compare.report_markdown import power_line
     from d3ray.compare.stats import TIE, PairedComparison
 
     # Δ −0.1 with paired sd 0.1: Δ/sd = 1 → 10 seeds; the paper's −0.0429 nats with sd 0.1: more than 10
@@ -76,7 +76,7 @@ def test_power_line_known_comparison_names_sd_and_seeds_for_observed_and_paper_e
 
 
 def test_order_noise_line_reports_the_aa_arms_paired_sd_against_the_baseline():
-    from d3ray.compare.report import _order_noise
+    from d3ray.compare.report_markdown import _order_noise
     from d3ray.compare.stats import paired_comparison, summarize
     from d3ray.compare.table import ArmResult
 
