@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from d3ray import faults
 from d3ray.solver.base import SolverConfig, SolveResult
 
 if TYPE_CHECKING:
@@ -41,10 +42,12 @@ class SolverWorker:
 
     Args:
         config: the solver to build.
+        run_dir: the run directory (its fault drills act through ``d3ray.faults.inject``), or None.
     """
 
-    def __init__(self, config: SolverConfig) -> None:
+    def __init__(self, config: SolverConfig, run_dir: str | None = None) -> None:
         self.config = config
+        self.run_dir = run_dir
         self.solver = config.build()
         # Compile (or load from numba's disk cache) the solver's kernels now, not on the first chunk.
         warm = np.arange(16.0).reshape(4, 4)
@@ -60,6 +63,7 @@ class SolverWorker:
             init: (K,) initial order.
             seed: solver seed.
         """
+        faults.inject(self.run_dir, "solve", key=key)
         if isinstance(S, list):
             import ray
 
@@ -101,8 +105,7 @@ class SolverPoolConfig:
     def build(
         self,
         solver: SolverConfig,
-        worker_cls: type[SolverWorker] | None = None,
-        worker_kwargs: dict[str, Any] | None = None,
+        run_dir: str | None = None,
     ) -> SolverPool:
         return SolverPool(
             self.num_actors,
@@ -111,8 +114,7 @@ class SolverPoolConfig:
             resources=dict(self.resources),
             max_restarts=self.max_restarts,
             max_task_retries=self.max_task_retries,
-            worker_cls=worker_cls,
-            worker_kwargs=worker_kwargs,
+            run_dir=run_dir,
         )
 
 
@@ -128,8 +130,7 @@ class SolverPool:
         resources: custom resources per actor.
         max_restarts: actor restarts after a crash.
         max_task_retries: retries of an in-flight call after a crash (default: as many as restarts).
-        worker_cls: a SolverWorker subclass to run in the actors (default SolverWorker).
-        worker_kwargs: extra keyword arguments of ``worker_cls``.
+        run_dir: the run directory the actors' fault drills read (``d3ray.faults``), or None.
     """
 
     def __init__(
@@ -140,8 +141,7 @@ class SolverPool:
         resources: dict[str, float] | None = None,
         max_restarts: int = 2,
         max_task_retries: int | None = None,
-        worker_cls: type[SolverWorker] | None = None,
-        worker_kwargs: dict[str, Any] | None = None,
+        run_dir: str | None = None,
     ) -> None:
         import ray
 
@@ -151,7 +151,7 @@ class SolverPool:
         )
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        remote_cls = ray.remote(worker_cls or SolverWorker).options(
+        remote_cls = ray.remote(SolverWorker).options(
             num_cpus=num_cpus,
             resources=dict(resources or {}),
             max_restarts=max_restarts,
@@ -161,7 +161,7 @@ class SolverPool:
         )
         self.config = config
         self._actors: list[ActorHandle] = [
-            remote_cls.remote(config, **(worker_kwargs or {})) for _ in range(num_actors)
+            remote_cls.remote(config, None if run_dir is None else str(run_dir)) for _ in range(num_actors)
         ]
         self._in_flight: list[list[ObjectRef]] = [[] for _ in range(num_actors)]
         self._next = 0

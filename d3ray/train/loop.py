@@ -195,13 +195,11 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     )
     engine.train()  # from_pretrained returns a model in eval mode: train with the model's own dropout
 
-    plan = faults.load_plan(cfg.run_dir) if rank == 0 else faults.FaultPlan()
     scorer = None
     if spec.in_trainer_influence is not None:
         from d3ray.train.sharded_influence import ShardedScorer
 
-        nan_batches = faults.load_plan(cfg.run_dir).influence_nan_batches  # every rank masks the same batches
-        scorer = ShardedScorer(engine, spec.in_trainer_influence.config, rank, world, nan_batches=nan_batches)
+        scorer = ShardedScorer(engine, spec.in_trainer_influence.config, rank, world, run_dir=cfg.run_dir)
     frozen_base = lora_base_model(cfg.model)
     state = TrainState()
     checkpoint = ray.train.get_checkpoint()
@@ -226,11 +224,6 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     micro = tcfg.micro_batch_size
     last_eval: dict[str, float] = {}
 
-    def exit_while_scoring(chunk_id: int, position: int) -> None:
-        if plan.trainer_exit_while_scoring_chunk == chunk_id:
-            faults.exit_once(run_dir, f"trainer_exit_while_scoring_chunk_{chunk_id}",
-                             f"trainer rank 0 exits while sketching batch {position} of chunk {chunk_id}")
-
     def prepare_next_chunks() -> None:
         """What the scheduler needs from the trainers at this weights version (state.next_chunk): a
         weights snapshot, or (in_trainer influence) the sketches of the chunks due now."""
@@ -240,8 +233,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
         if scorer is not None:
             from d3ray.train.sharded_influence import sketch_due_chunks
 
-            seconds = sketch_due_chunks(scorer, spec.in_trainer_influence, coordinator, state.next_chunk, rank,
-                                        exit_while_scoring if rank == 0 else None)
+            seconds = sketch_due_chunks(scorer, spec.in_trainer_influence, coordinator, state.next_chunk, rank)
             if logs is not None:
                 logs.log_metrics({"step": state.step, "time/in_trainer_influence_sec": seconds})
 
@@ -285,8 +277,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             step_start = time.perf_counter()
             batch = ray.get(pending)
             pending = chunk.batch_refs[p + 1] if p + 1 < chunk.steps else None
-            if plan.trainer_exit_at_step == state.step:
-                faults.exit_once(run_dir, f"trainer_exit_at_step_{state.step}", f"trainer rank 0 exits at step {state.step}")
+            faults.inject(run_dir, "train_step", rank=rank, step=state.step)
             step_stats = train_step(engine, batch, slice(rank * per_rank, (rank + 1) * per_rank), micro, device,
                                     partial(micro_weights, chunk, p))
             if world > 1:  # one small collective: the step loss and every rank's per-sample losses

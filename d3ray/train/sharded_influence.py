@@ -45,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from d3ray import faults
 from d3ray.influence.chunk import parameter_names, sketch_chunk
 from d3ray.influence.config import InfluenceConfig
 from d3ray.influence.influence import BatchSketches, ChunkInfluence, Reference
@@ -121,7 +122,8 @@ class ShardedScorer:
         keep_means: how many chunks' mean directions to keep. 2 covers a resume: a rank restored from
             a checkpoint re-sketches at most the last chunk it had sketched, whose reference is the
             chunk before.
-        nan_batches: global batch ids whose labels are masked (the ``influence_nan_batches`` drill).
+        run_dir: the run directory, or None: the fault drills act through
+            ``faults.inject(run_dir, "sketch_batch", ...)`` before each batch (d3ray/faults.py).
         bucket_numel: gradient numbers reduce-scattered per collective (the most full-size gradient
             numbers a rank holds at once: a model smaller than this holds its whole gradient briefly).
 
@@ -131,12 +133,12 @@ class ShardedScorer:
     """
 
     def __init__(self, engine: Any, config: InfluenceConfig, rank: int, world: int, keep_means: int = 2,
-                 nan_batches: Sequence[int] = (), bucket_numel: int = 1 << 22) -> None:
+                 run_dir: str | None = None, bucket_numel: int = 1 << 22) -> None:
         config.check_shardable()
         self.engine, self.config, self.rank, self.world = engine, config, rank, world
         self.keep_means = max(1, keep_means)
         self.bucket_numel = bucket_numel
-        self.nan_batches = set(nan_batches)
+        self.run_dir = run_dir
         named = [(n, p) for n, p in engine.module.named_parameters() if p.requires_grad]
         names = parameter_names([n for n, _ in named], config.param_filter)
         if not names:
@@ -224,31 +226,25 @@ class ShardedScorer:
         return BatchStatistics(loss=loss, grad=grads, hdiag=None, finite=finite)
 
     # ---- a chunk ------------------------------------------------------------------------------
-    def _statistics(self, batches: Sequence[Any], batch_ids: Sequence[int],
-                    after_batch: Callable[[int], None] | None) -> Iterator[BatchStatistics]:
+    def _statistics(self, chunk_id: int, batches: Sequence[Any], batch_ids: Sequence[int]) -> Iterator[BatchStatistics]:
         from d3ray.data.labels import lm_labels
         from d3ray.influence.worker import sample_rows
 
         for position, (batch, bid) in enumerate(zip(batches, batch_ids, strict=True)):
-            if position and after_batch is not None:
-                after_batch(position)
             ids = np.asarray(batch.input_ids, dtype=np.int64)
             labels = lm_labels(ids, batch.n_tokens, batch.loss_mask)
-            if bid in self.nan_batches:
-                labels[:] = IGNORE_INDEX
+            faults.inject(self.run_dir, "sketch_batch", rank=self.rank, chunk_id=chunk_id, position=position,
+                          batch_id=bid, labels=labels)
             rows = sample_rows(ids.shape[0], self.config.sample_fraction, self.config.seed, bid)
             yield self.gradient_slices(ids[rows], labels[rows])
 
-    def score(self, chunk_id: int, batches: Sequence[Any], batch_ids: Sequence[int],
-              after_batch: Callable[[int], None] | None = None) -> BatchSketches:
+    def score(self, chunk_id: int, batches: Sequence[Any], batch_ids: Sequence[int]) -> BatchSketches:
         """The chunk's sketches (every rank gets the same rows; rank 0 ships them).
 
         Args:
             chunk_id: the chunk (its control-variate reference is chunk_id − 1's means, if kept).
             batches: the chunk's ``GlobalBatch`` objects, in chunk order.
             batch_ids: their global batch ids.
-            after_batch: called with the position of each batch after the first, before it is scored
-                (the ``trainer_exit_while_scoring_chunk`` fault drill).
         """
         start = time.perf_counter()
         reference = self.means.get(chunk_id - 1) if self.config.control_variate else None
@@ -257,7 +253,7 @@ class ShardedScorer:
         was_training = module.training
         module.eval()
         try:
-            out = sketch_chunk(self._statistics(batches, batch_ids, after_batch), batch_ids, theta, self.config, self.sketch,
+            out = sketch_chunk(self._statistics(chunk_id, batches, batch_ids), batch_ids, theta, self.config, self.sketch,
                                reference=reference, return_means=self.config.control_variate,
                                optimizer=optimizer, shards=self.shards)
         finally:
@@ -304,8 +300,8 @@ class InTrainerInfluence:
         return [c for c in chunks if c < self.total_chunks]
 
 
-def sketch_due_chunks(scorer: ShardedScorer, plan: InTrainerInfluence, coordinator: Any, version: int, rank: int,
-                      exit_while_scoring: Callable[[int, int], None] | None = None) -> float:
+def sketch_due_chunks(scorer: ShardedScorer, plan: InTrainerInfluence, coordinator: Any, version: int,
+                      rank: int) -> float:
     """Sketch the chunks due at weights ``version`` and hand each chunk's S to the coordinator (rank 0
     merges the sketches); every rank calls. Returns the seconds spent (trainer time, logged as such).
 
@@ -326,8 +322,7 @@ def sketch_due_chunks(scorer: ShardedScorer, plan: InTrainerInfluence, coordinat
         if rank != 0:  # cannot have changed: the chunk is decided only after every rank sketched it
             request = ray.get(coordinator.sketch_request.remote(chunk_id))
         refs, batch_ids = request
-        hook = None if exit_while_scoring is None else (lambda position, c=chunk_id: exit_while_scoring(c, position))
-        sketches = scorer.score(chunk_id, ray.get(list(refs)), batch_ids, after_batch=hook)
+        sketches = scorer.score(chunk_id, ray.get(list(refs)), batch_ids)
         if rank == 0:  # merged here: S (L² numbers) leaves the trainers, not the sketch rows
             _, S, excluded = plan.config.estimator.merge([sketches], list(batch_ids))
             influence = ChunkInfluence(batch_ids=list(batch_ids), S=S, excluded=excluded, losses=sketches.losses,

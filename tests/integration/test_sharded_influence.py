@@ -5,7 +5,8 @@ Two processes (gloo) train a tiny GPT-2 for three steps under ZeRO-3, then score
 then gathers the full weights and AdamW state (the snapshot path) and sketches the same chunks with
 an :class:`~d3ray.influence.worker.InfluenceWorker`: the rows (P g, P u with the AdamW preconditioner,
 and the control variate's exact columns against chunk 0's mean directions) must agree within float32
-rounding, a masked (NaN) batch must be excluded by both, a scorer restored from the saved means must
+rounding, a masked (NaN) batch (the ``influence_nan_batches`` drill of the run directory's ``faults.json``
+for the scorer, the same labels masked by hand for the worker) must be excluded by both, a scorer restored from the saved means must
 sketch bit-identically (a resumed trainer), and training must go on afterwards.
 
 Device discipline: every ``torch.distributed`` collective of the run (DeepSpeed's own, the multi-rank
@@ -27,6 +28,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from d3ray.faults import FaultPlan, write_plan
 
 pytestmark = pytest.mark.slow
 
@@ -98,11 +101,11 @@ for name, cfg in {
     "drift": InfluenceConfig(estimator=DriftConfig(residual="sketch"), preconditioner="adam", sample_fraction=0.375, sketch=SjltSketchConfig(k=64)),
     "drift_only": InfluenceConfig(preconditioner="adam", sample_fraction=0.375, sketch=SjltSketchConfig(k=64)),
 }.items():
-    scorer = ShardedScorer(engine, cfg, rank, world, nan_batches=[nan_batch])
+    scorer = ShardedScorer(engine, cfg, rank, world, run_dir=os.getcwd())  # the cwd's faults.json masks nan_batch
     sharded = {c: scorer.score(c, chunks[c], ids[c]) for c in (0, 1)}
     # a trainer restarted from a checkpoint: a new scorer with the saved means sketches chunk 1 alike
     scorer.save(os.getcwd())
-    resumed = ShardedScorer(engine, cfg, rank, world, nan_batches=[nan_batch])
+    resumed = ShardedScorer(engine, cfg, rank, world, run_dir=os.getcwd())
     resumed.load(os.getcwd())
     again = resumed.score(1, chunks[1], ids[1])
     weights = snapshot_weights(engine, 3, rank, "float32")
@@ -160,6 +163,7 @@ def _free_port() -> int:
 
 
 def test_sharded_sketches_equal_unsharded_under_zero3(tmp_path):
+    write_plan(tmp_path, FaultPlan(influence_nan_batches=[6]))  # the drill masks batch 6 (the script's nan_batch)
     port = str(_free_port())
     procs = []
     for rank in range(2):

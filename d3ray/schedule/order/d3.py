@@ -36,6 +36,7 @@ from d3ray.influence.config import InfluenceConfig
 from d3ray.influence.estimators import EstimatorConfig
 from d3ray.influence.worker import InfluenceWorker
 from d3ray.lora import LoraConfig
+from d3ray.ray_refs import Deadline, result_by_deadline
 from d3ray.run_files import route_logs_to_run_dir
 from d3ray.schedule.scheduler import (
     BuildContext,
@@ -46,7 +47,6 @@ from d3ray.schedule.scheduler import (
     SubmitContext,
 )
 from d3ray.solver import ordering_cost, row_sum_order
-from d3ray.solver.pool import SolverWorker
 
 if TYPE_CHECKING:  # configs imports this module in D3ScheduleConfig.build: a type only, no import circle
     from d3ray.schedule.order.configs import D3ScheduleConfig
@@ -65,18 +65,7 @@ class ChunkInfluenceWorker(InfluenceWorker):
         if run_dir is not None:
             route_logs_to_run_dir(run_dir, f"influence-{index}")
         super().__init__(model_config, config, lora, attn_implementation)
-        self.run_dir = run_dir
-        self.plan = faults.load_plan(run_dir) if index == 0 else faults.FaultPlan()
-
-    def _maybe_crash(self, chunk_id: int) -> None:
-        if self.run_dir is None:
-            return
-        if self.plan.influence_exit_at_chunk == chunk_id:
-            faults.exit_once(self.run_dir, f"influence_exit_at_chunk_{chunk_id}",
-                             f"influence actor exits while scoring chunk {chunk_id}")
-        if self.plan.influence_hold_at_chunk == chunk_id:
-            faults.hold_once(self.run_dir, f"influence_hold_at_chunk_{chunk_id}", f"release_influence_hold_{chunk_id}",
-                             f"influence actor holds while scoring chunk {chunk_id}")
+        self.run_dir, self.index = run_dir, index
 
     def _as_inputs(self, batch_refs: list, batch_ids: list[int]) -> list[dict[str, np.ndarray]]:
         import ray
@@ -85,8 +74,7 @@ class ChunkInfluenceWorker(InfluenceWorker):
         for batch, bid in zip(ray.get(list(batch_refs)), batch_ids, strict=True):
             ids = np.asarray(batch.input_ids, dtype=np.int64)
             labels = lm_labels(ids, batch.n_tokens, batch.loss_mask)
-            if bid in self.plan.influence_nan_batches:
-                labels[:] = -100  # mean over zero scored tokens: NaN loss, as a corrupt batch would give
+            faults.inject(self.run_dir, "influence_batch", batch_id=bid, labels=labels)
             out.append({"input_ids": ids, "labels": labels})
         return out
 
@@ -99,7 +87,7 @@ class ChunkInfluenceWorker(InfluenceWorker):
         import ray
         from ray.exceptions import RayError
 
-        self._maybe_crash(chunk_id)
+        faults.inject(self.run_dir, "influence_chunk", actor=self.index, chunk_id=chunk_id)
         ref_value = None
         if reference is not None:
             try:
@@ -111,22 +99,8 @@ class ChunkInfluenceWorker(InfluenceWorker):
 
     def lookahead_chunk(self, chunk_id: int, weights: list, batch_refs: list, batch_ids: list[int],
                         rows: list[int]):
-        self._maybe_crash(chunk_id)
+        faults.inject(self.run_dir, "influence_chunk", actor=self.index, chunk_id=chunk_id)
         return self.lookahead_matrix(weights, self._as_inputs(batch_refs, batch_ids), batch_ids, rows=rows)
-
-
-class DrillSolverWorker(SolverWorker):
-    """A SolverWorker that runs the run's solver fault drill (``faults.json``: solver_exit_at_chunk)."""
-
-    def __init__(self, config, run_dir: str, exit_at_chunk: int) -> None:
-        super().__init__(config)
-        self.run_dir = run_dir
-        self.exit_at_chunk = exit_at_chunk
-
-    def solve(self, key, S, init=None, seed=0):
-        if key == self.exit_at_chunk:
-            faults.exit_once(self.run_dir, f"solver_exit_at_chunk_{key}", f"solver actor exits while ordering chunk {key}")
-        return super().solve(key, S, init, seed)
 
 
 def take_trainer_influence(batch_ids: list[int], influence: Any) -> tuple[np.ndarray | None, dict[str, Any]]:
@@ -192,12 +166,7 @@ class D3Scheduler(SchedulerBase):
                     ctx.model.attn_implementation)
             for i in range(cfg.influence_actors)
         ]
-        drill = faults.load_plan(ctx.run_dir).solver_exit_at_chunk
-        if drill is not None:
-            self.solver_pool = cfg.solver_pool.build(
-                cfg.solver, worker_cls=DrillSolverWorker, worker_kwargs={"run_dir": ctx.run_dir, "exit_at_chunk": drill})
-        else:
-            self.solver_pool = cfg.solver_pool.build(cfg.solver)
+        self.solver_pool = cfg.solver_pool.build(cfg.solver, run_dir=ctx.run_dir)
         self._assemble = ray.remote(num_cpus=0, max_retries=2)(assemble_influence)
         self._reference: list | None = None
         # Only a pool of several influence workers that sketch something needs a shared control-variate
@@ -301,32 +270,31 @@ class D3Pending:
     started: float
 
     def result(self, timeout_s: float | None) -> ChunkDecision:
+        return result_by_deadline(self._decide, self._missed, timeout_s)
+
+    def _missed(self, reason: str) -> ChunkDecision:
+        """Past the deadline or on a failure: the row-sum order of S when S arrived, else stream order."""
         import ray
-        from ray.exceptions import GetTimeoutError, RayError
+        from ray.exceptions import RayError
+
+        S = None
+        ready, _ = ray.wait([self.S_ref], timeout=0)
+        if ready:
+            try:
+                S = ray.get(self.S_ref)
+            except RayError:
+                S = None
+        return _fallback(self.n, S, reason, _base_record(self.cfg))
+
+    def _decide(self, deadline: Deadline) -> ChunkDecision:
+        import ray
 
         base = _base_record(self.cfg)
-        S = None
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        try:
-            info = ray.get(self.info_ref, timeout=timeout_s)
-            if "error" in info:
-                return _fallback(self.n, None, info["error"], base)
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            result = ray.get(self.solve_ref, timeout=left)
-            S = ray.get(self.S_ref)
-        except (GetTimeoutError, RayError) as err:
-            ready, _ = ray.wait([self.S_ref], timeout=0)
-            if ready:
-                try:
-                    S = ray.get(self.S_ref)
-                except RayError:
-                    S = None
-            late = isinstance(err, GetTimeoutError)
-            if late:
-                reason = f"deadline of {timeout_s:.0f}s passed"
-            else:
-                reason = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
-            return _fallback(self.n, S, reason, base)
+        info = deadline.get(self.info_ref)
+        if "error" in info:
+            return _fallback(self.n, None, info["error"], base)
+        result = deadline.get(self.solve_ref)
+        S = ray.get(self.S_ref)
         order = tuple(int(i) for i in result.order)
         record = {
             **base, **info,
