@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from d3ray.config import RunConfig
+from d3ray.ray_refs import is_object_ref
 
 logger = logging.getLogger(__name__)
 
@@ -69,11 +70,11 @@ def _free_port() -> int:
 
 
 def _batches(chunk: ChunkData) -> list[Any]:
-    import ray
+    refs = list(chunk.batches)
+    if refs and is_object_ref(refs[0]):
+        import ray
 
-    refs = [b for b in chunk.batches]
-    if refs and type(refs[0]).__name__ == "ObjectRef":
-        return ray.get(refs)
+        return ray.get(refs)  # one call: the batches are fetched together
     return refs
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from d3ray.data.chunker import Chunk
+from d3ray.ray_refs import Deadline, result_by_deadline
 from d3ray.schedule.order.regroup import curriculum_groups
 from d3ray.schedule.scheduler import (
     BuildContext,
@@ -56,13 +58,10 @@ class CurriculumPending:
     started: float
 
     def result(self, timeout_s: float | None) -> ChunkDecision:
-        import ray
-        from ray.exceptions import GetTimeoutError, RayError
+        return result_by_deadline(self._decide, partial(stream_fallback, self.chunk), timeout_s)
 
-        try:
-            difficulty = ray.get(self.scores_ref, timeout=timeout_s)
-        except (GetTimeoutError, RayError) as err:
-            return stream_fallback(self.chunk, f"{type(err).__name__}: {str(err).splitlines()[0][:200]}")
+    def _decide(self, deadline: Deadline) -> ChunkDecision:
+        difficulty = deadline.get(self.scores_ref)
         groups = curriculum_groups(difficulty, self.chunk.batch_size, self.hard_first)
         means = [float(np.mean(difficulty[list(g)])) for g in groups]
         return ChunkDecision(order=tuple(range(len(groups))), selection=groups, record={

@@ -13,11 +13,13 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from d3ray.data.chunker import Chunk
+from d3ray.ray_refs import Deadline, is_object_ref, result_by_deadline
 from d3ray.schedule.order.regroup import batches_of
 from d3ray.schedule.scheduler import ChunkDecision, Decided, PendingDecision, SchedulerBase, SubmitContext
 
@@ -112,15 +114,11 @@ class ScoredPending:
     started: float
 
     def result(self, timeout_s: float | None) -> ChunkDecision:
-        import ray
-        from ray.exceptions import GetTimeoutError, RayError
+        # ValueError: scores top_k_decision cannot rank (the scorer's own check)
+        return result_by_deadline(self._decide, partial(self.head.fallback, self.chunk), timeout_s,
+                                  also=(ValueError,))
 
-        try:
-            scores = ray.get(self.scores, timeout=timeout_s) if hasattr(self.scores, "hex") else self.scores
-            record = {"scheduler": self.head.name, "selected_by": "score",
-                      "score_sec": time.perf_counter() - self.started}
-            return top_k_decision(scores, self.k_batches, self.chunk.batch_size, record)
-        except (GetTimeoutError, RayError, ValueError) as err:
-            cause = getattr(err, "cause", None)  # a RayTaskError's first line is the actor's repr: say why instead
-            shown = cause if isinstance(cause, Exception) else err
-            return self.head.fallback(self.chunk, f"{type(shown).__name__}: {str(shown).splitlines()[0][:300]}")
+    def _decide(self, deadline: Deadline) -> ChunkDecision:
+        scores = deadline.get(self.scores) if is_object_ref(self.scores) else self.scores
+        record = {"scheduler": self.head.name, "selected_by": "score", "score_sec": time.perf_counter() - self.started}
+        return top_k_decision(scores, self.k_batches, self.chunk.batch_size, record)

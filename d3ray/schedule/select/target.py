@@ -21,6 +21,7 @@ import numpy as np
 
 from d3ray.config_loading import ConfigError
 from d3ray.data.chunker import Chunk
+from d3ray.ray_refs import ref_key, resolve
 from d3ray.schedule.scheduler import BuildContext, SubmitContext
 from d3ray.schedule.select.base import SelectHead
 
@@ -124,17 +125,12 @@ class ScorerHead(SelectHead):
 def target_arrays(target: Any) -> dict[str, np.ndarray]:
     """The target sets (name → (n, T)) from the list-wrapped ObjectRef (or a plain dict, in tests)."""
     value = target[0] if isinstance(target, list) else target
-    if hasattr(value, "hex"):
-        import ray
-
-        value = ray.get(value)
-    return dict(value)
+    return dict(resolve(value))
 
 
 def target_key(target: Any) -> Any:
     """A hashable identity of the target sets (the ObjectRef, or the dict object in tests)."""
-    value = target[0] if isinstance(target, list) else target
-    return value.hex() if hasattr(value, "hex") else id(value)
+    return ref_key(target[0] if isinstance(target, list) else target)
 
 
 def unit_rows(x: np.ndarray) -> np.ndarray:
