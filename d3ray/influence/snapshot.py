@@ -27,20 +27,12 @@ import numpy as np
 import torch
 
 from d3ray.influence.optimizer import AdamWState
+from d3ray.ray_refs import resolve
 
 __all__ = ["load_snapshot", "split_snapshot"]
 
 #: Buffers some transformers versions keep in GPT-2 state dicts; a snapshot may carry or omit them.
 OPTIONAL_KEYS = re.compile(r"(^|\.)attn\.(bias|masked_bias)$")
-
-
-def resolve(obj: Any) -> Any:
-    """ray.get an ObjectRef (lazily importing Ray); anything else passes through."""
-    if type(obj).__name__ == "ObjectRef":
-        import ray
-
-        return ray.get(obj)
-    return obj
 
 
 def split_snapshot(parts: Sequence[Any] | Mapping[str, Any]) -> tuple[dict[str, Any], AdamWState | None]:

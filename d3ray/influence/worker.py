@@ -31,9 +31,10 @@ from d3ray.influence.influence import BatchSketches, LookaheadRows, Reference
 from d3ray.influence.optimizer import AdamWState
 from d3ray.influence.resources import actor_device, actor_threads
 from d3ray.influence.sketch import stable_seed
-from d3ray.influence.snapshot import load_snapshot, resolve, split_snapshot
+from d3ray.influence.snapshot import load_snapshot, split_snapshot
 from d3ray.influence.statistics import BatchStatistics, CrossEntropyObjective, Params
 from d3ray.lora import LoraConfig
+from d3ray.ray_refs import is_object_ref, resolve
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +138,7 @@ class InfluenceWorker:
         if not isinstance(weights, Mapping):
             refs = list(weights)
             # Only ObjectRefs name an immutable snapshot; anything else is loaded every time.
-            if refs and all(type(r).__name__ == "ObjectRef" for r in refs):
+            if refs and all(is_object_ref(r) for r in refs):
                 key = ",".join(r.hex() for r in refs)
                 if key == self._loaded_key:
                     return

@@ -42,6 +42,7 @@ from d3ray.data.labels import lm_labels
 from d3ray.influence.optimizer import AdamWState
 from d3ray.influence.resources import actor_device, actor_threads
 from d3ray.influence.snapshot import load_snapshot, split_snapshot
+from d3ray.ray_refs import ref_key, resolve
 from d3ray.run_files import route_logs_to_run_dir
 
 logger = logging.getLogger(__name__)
@@ -61,18 +62,6 @@ class Scorer(Protocol):
     def scores(self, worker: ScoringWorker, batches: list[Any], target: Any) -> np.ndarray:
         """(n,) scores of the candidates of ``batches`` (flat, batch by batch); higher = keep."""
         ...
-
-
-def _resolve(obj: Any) -> Any:
-    if hasattr(obj, "hex"):
-        import ray
-
-        return ray.get(obj)
-    return obj
-
-
-def _key(part: Any) -> Any:
-    return part.hex() if hasattr(part, "hex") else id(part)
 
 
 def sequence_arrays(batch: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -143,7 +132,7 @@ class ScoringWorker:
             return
         if weights is None:
             raise ValueError("ScoringWorker without a reference model needs a weights snapshot")
-        key = tuple(_key(part) for part in weights)
+        key = tuple(ref_key(part) for part in weights)
         if key == self.version_key:
             return
         state, self.optimizer_state = split_snapshot(weights)
@@ -151,7 +140,7 @@ class ScoringWorker:
         self.version_key = key
 
     def _batches(self, batch_refs: list) -> list[Any]:
-        return [_resolve(r) for r in batch_refs]
+        return [resolve(r) for r in batch_refs]
 
     # ---- primitives (for Scorers) --------------------------------------------------------------
     def sequence_losses(self, ids: np.ndarray, labels: np.ndarray, model: Any = None) -> np.ndarray:
