@@ -211,7 +211,7 @@ def copies_and_noise(seed: int) -> tuple[dict[str, np.ndarray], GlobalBatch, set
 def test_less_keeps_the_candidates_aligned_with_the_target(worker_and_state) -> None:
     worker, state = worker_and_state
     targets, batch, copies = copies_and_noise(0)
-    scorer = LessScorer(sketch=SjltSketchConfig(k=512, seed=1), param_filter=None, targets=targets)
+    scorer = LessScorer(sketch=SjltSketchConfig(k=512, seed=1), param_filter=None, targets=[targets])
     plain = worker.score([state], [batch], scorer)
     assert kept(plain, 3) == copies
     # The optimizer part of the snapshot switches the Adam features on.
@@ -228,7 +228,7 @@ def test_less_identity_sketch_gives_a_copy_cosine_one_with_its_original(worker_a
     worker, state = worker_and_state
     targets, batch, _ = copies_and_noise(2)
     one = {"x": targets["x"][:1]}  # a single target example: the score is the cosine with it
-    scorer = LessScorer(sketch=IdentitySketchConfig(), param_filter=r"^transformer\.h\.1\.", targets=one)
+    scorer = LessScorer(sketch=IdentitySketchConfig(), param_filter=r"^transformer\.h\.1\.", targets=[one])
     scores = worker.score([state], [batch], scorer)
     assert scores[2] == pytest.approx(1.0, abs=1e-5) and np.all(np.delete(scores, 2) < 0.999)
 
@@ -241,14 +241,14 @@ def test_less_on_an_sft_target_scores_with_the_response_gradients(worker_and_sta
     sft = {"x": {"input_ids": targets["x"], "n_tokens": np.full(4, T), "loss_mask": mask}}
     candidates = GlobalBatch(input_ids=batch.input_ids, n_tokens=batch.n_tokens, sample_ids=batch.sample_ids,
                              domains=batch.domains, loss_mask=np.tile(mask[:1], (12, 1)))
-    scorer = LessScorer(sketch=IdentitySketchConfig(), param_filter=r"^transformer\.h\.1\.", targets=sft)
+    scorer = LessScorer(sketch=IdentitySketchConfig(), param_filter=r"^transformer\.h\.1\.", targets=[sft])
     scores = worker.score([state], [candidates], scorer)
     assert kept(scores, 2) == copies - {10}  # rows 2 and 7 copy set x; row 10 copies set y, not a target here
 
 
 @pytest.mark.parametrize("make", [
-    lambda t: NearScorer(neighbours=1, targets=t),
-    lambda t: TsdsScorer(alpha=0.9, C=1.0, knn=4, sigma=0.0, keep="top", seed=0, chunk_id=0, targets=t),
+    lambda t: NearScorer(neighbours=1, targets=[t]),
+    lambda t: TsdsScorer(alpha=0.9, C=1.0, knn=4, sigma=0.0, keep="top", seed=0, chunk_id=0, targets=[t]),
 ])
 def test_embedding_selectors_keep_the_copies_of_target_sequences(worker_and_state, make) -> None:
     worker, state = worker_and_state

@@ -156,7 +156,7 @@ def test_nice_keeps_the_candidates_that_copy_the_rewarded_responses(suite_setup)
     data["references"] = np.array([tokenizer.decode([t for t in greedy[0] if t != eos]),
                                    tokenizer.decode([t for t in greedy[1] if t != eos]), "never", "never"])
     targets = {"echo": data}
-    scorer = NiceScorer(sketch=IdentitySketchConfig(), param_filter=r"^transformer\.h\.1\.", targets=targets,
+    scorer = NiceScorer(sketch=IdentitySketchConfig(), param_filter=r"^transformer\.h\.1\.", targets=[targets],
                         tokenizer_dir=tok_dir, seed=3, weights_version=0, samples=1, max_new_tokens=8,
                         temperature=0.0)
     target = scorer.target(worker)
@@ -179,8 +179,8 @@ def test_nice_keeps_the_candidates_that_copy_the_rewarded_responses(suite_setup)
     # with no rewarded example the target has no direction; the reference fallback gives it one
     nothing = {"echo": {**data, "references": np.array(["never"] * 4)}}
     with pytest.raises(ValueError, match="no target example has a policy-gradient feature"):
-        dataclasses.replace(scorer, targets=nothing).target(worker)
-    fallback = dataclasses.replace(scorer, targets=nothing, zero_reward="reference").target(worker)
+        dataclasses.replace(scorer, targets=[nothing]).target(worker)
+    fallback = dataclasses.replace(scorer, targets=[nothing], zero_reward="reference").target(worker)
     assert fallback.kept_sets == ("echo",) and np.all(np.isfinite(fallback.directions))
 
 
@@ -197,7 +197,7 @@ def test_nice_target_is_a_function_of_seed_and_weights_version(suite_setup) -> N
         first = worker.sample_responses(prompt, 2, 4, 1.0, example_seed(3, 2, "echo", i), eos)[0]
         references.append(tokenizer.decode([t for t in first if t != eos]))
     data["references"] = np.array(references)
-    scorer = NiceScorer(sketch=IdentitySketchConfig(), param_filter=r"^transformer\.h\.1\.", targets={"echo": data},
+    scorer = NiceScorer(sketch=IdentitySketchConfig(), param_filter=r"^transformer\.h\.1\.", targets=[{"echo": data}],
                         tokenizer_dir=tok_dir, seed=3, weights_version=2, samples=2, max_new_tokens=4,
                         temperature=1.0)
     a, b = scorer.target(worker), scorer.target(worker)

@@ -180,7 +180,7 @@ class LessScorer:
     """The SketchConfig of P."""
     param_filter: str | None
     targets: Any
-    """The target sets: [ObjectRef of name → (n, T)] (or the dict itself in tests)."""
+    """The target sets: [ObjectRef of name → (n, T)], list-wrapped (:func:`~d3ray.schedule.select.target.target_arrays`)."""
 
     def target_key(self) -> Any:
         return ("less", repr(self.sketch), self.param_filter, target_key(self.targets))

@@ -71,7 +71,7 @@ def _first(data: Any, count: int) -> Any:
 
 def chosen_target_sets(ctx: BuildContext, cfg: Any) -> dict[str, Any]:
     """The run's held-out sets chosen by ``cfg.target_sets`` and capped at ``cfg.max_target_sequences``
-    (see :func:`choose_target_sets`); ``ctx.eval_sets`` is ``[ObjectRef]`` (or ``[dict]``, in tests)."""
+    (see :func:`choose_target_sets`); ``ctx.eval_sets`` is ``[ObjectRef]``, list-wrapped (``d3ray.ray_refs.resolve``)."""
     available = target_arrays(ctx.eval_sets) if ctx.eval_sets else {}
     return choose_target_sets(available, cfg.target_sets, cfg.max_target_sequences)
 
@@ -123,14 +123,15 @@ class ScorerHead(SelectHead):
 
 
 def target_arrays(target: Any) -> dict[str, np.ndarray]:
-    """The target sets (name → (n, T)) from the list-wrapped ObjectRef (or a plain dict, in tests)."""
-    value = target[0] if isinstance(target, list) else target
-    return dict(resolve(value))
+    """The target sets (name → (n, T)) of ``[ref]``, the list-wrapped ObjectRef a head puts once (``resolve``d here)."""
+    (ref,) = target
+    return dict(resolve(ref))
 
 
 def target_key(target: Any) -> Any:
-    """A hashable identity of the target sets (the ObjectRef, or the dict object in tests)."""
-    return ref_key(target[0] if isinstance(target, list) else target)
+    """A hashable identity of the target sets ``[ref]`` (``d3ray.ray_refs.ref_key`` of the ref)."""
+    (ref,) = target
+    return ref_key(ref)
 
 
 def unit_rows(x: np.ndarray) -> np.ndarray:
