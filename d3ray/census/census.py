@@ -93,7 +93,8 @@ class RunInfo:
     """next_chunk → checkpoint directory (chunk-boundary checkpoints only)."""
     run_orders: dict[int, tuple[int, ...]]
     total_chunks: int
-    """Whole chunks the run trained: chunks 0 .. total_chunks − 1."""
+    """Whole chunks the run trained: chunks 0 .. total_chunks − 1, ⌊train.steps / L⌋ (a last chunk that
+    train.steps cut short, which ``d3ray.data.chunker.total_chunks`` counts, holds no census window)."""
 
 
 def load_run(run_dir: Path) -> RunInfo:

@@ -136,6 +136,13 @@ class Chunk:
         return concat_batches([self.batches[i // B].rows([i % B]) for i in indices])
 
 
+def total_chunks(steps: int, L: int) -> int:
+    """Chunks a run of ``steps`` optimizer steps trains at chunk length ``L``: ⌈steps / L⌉ (the last one
+    is cut short when L does not divide ``steps``). The one count of a run's chunks: schedules over
+    training progress (``BuildContext.total_chunks``) and the trainers' in-trainer sketching read it."""
+    return -(-steps // L)
+
+
 @dataclass
 class ChunkStreamStats:
     """What the chunker dropped or restarted, so that nothing is lost silently."""

@@ -61,6 +61,7 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from d3ray.data.chunk_stream import build_chunk_stream
+    from d3ray.data.chunker import total_chunks
     from d3ray.model import model_config_dict
     from d3ray.schedule.coordinator import ScheduleCoordinator
     from d3ray.schedule.scheduler import BuildContext
@@ -101,7 +102,7 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
         eval_ref = [ray.put(eval_sets)] if eval_sets else []
         scheduler = schedule.build_transformed(BuildContext(
             seed=cfg.seed, model_config=model_config, model=cfg.model, run_name=cfg.name, run_dir=str(run_dir),
-            batch_size=cfg.train.global_batch_size, total_chunks=-(-cfg.train.steps // schedule.L),
+            batch_size=cfg.train.global_batch_size, total_chunks=total_chunks(cfg.train.steps, schedule.L),
             tokenizer_dir=str(prepared.tokenizer_dir), eval_sets=eval_ref or None, domains=mix_domains))
         data = size_tokenizers(cfg, prepared.data, ray.cluster_resources().get("CPU", 0.0))  # tokenize_actors=0
         make_stream = partial(build_chunk_stream, prepared.train_shards, data, str(prepared.tokenizer_dir),
@@ -228,10 +229,11 @@ def schedule_summary(run_dir: Path) -> dict[str, Any]:
 
 def in_trainer_influence(schedule: Any, steps: int) -> Any:
     """What the trainers need to sketch the chunks themselves (D3 ``influence_placement: in_trainer``)."""
+    from d3ray.data.chunker import total_chunks
     from d3ray.train.sharded_influence import InTrainerInfluence
 
     return InTrainerInfluence(config=schedule.influence, staleness=schedule.staleness,
-                              total_chunks=-(-steps // schedule.L))
+                              total_chunks=total_chunks(steps, schedule.L))
 
 
 def has_checkpoint(cfg: RunConfig) -> bool:
