@@ -41,11 +41,6 @@ from d3ray.errors import DataPathError, UserError
 
 logger = logging.getLogger(__name__)
 
-ORDER_SCHEDULERS = ("d3", "random", "sequential")
-"""Schedulers whose decision is a permutation of the chunk's stream batches (no selection, re-batching,
-mixing or weights), so that any other order of the same batches is a counterfactual of the same chunk."""
-
-
 @dataclass(frozen=True)
 class CensusOptions:
     """What to branch: which checkpoints, how many chunks after each, which orders."""
@@ -159,9 +154,12 @@ def choose_checkpoints(available: list[int], total_chunks: int, chunks: int, per
 def check_inputs(info: RunInfo, options: CensusOptions) -> list[int]:
     """Every check that needs no Ray and no training; the checkpoints to branch from."""
     schedule = info.cfg.schedule
-    if schedule.type_name not in ORDER_SCHEDULERS:
+    if not schedule.permutes_stream_batches:  # any other order of the same batches is a counterfactual then
+        from d3ray.schedule.config import ScheduleConfig
+
+        runs_of = [name for name in ScheduleConfig.known() if ScheduleConfig.lookup(name).permutes_stream_batches]
         raise UserError(f"census: the run's schedule.type={schedule.type_name} does not train its chunks as an order "
-                        f"of the stream's batches; the census branches runs of {', '.join(ORDER_SCHEDULERS)}")
+                        f"of the stream's batches; the census branches runs of {', '.join(runs_of)}")
     if info.cfg.train.zero_stage != 0:
         raise UserError(f"census: the run trained with train.zero_stage={info.cfg.train.zero_stage}; the census reads "
                         "ZeRO-0 checkpoints only (its one-rank engine restores the torch AdamW state in memory; "

@@ -103,6 +103,11 @@ class ScheduleConfig(ChoiceConfig):
         D3 says its ``influence_actors``, a staged scheduler asks its order."""
         return 1
 
+    permutes_stream_batches: ClassVar[bool] = False
+    """Whether every decision is a permutation of the chunk's stream batches (no selection, re-batching,
+    mixing or weights), so that any other order of the same batches is a counterfactual of the same
+    chunk (what ``d3ray census`` branches). A class attribute: asked of the registered classes too."""
+
 
 def resources_total(requests: list[ActorRequest]) -> dict[str, float]:
     """Sum of the resources of ``requests`` by resource name."""
@@ -176,6 +181,8 @@ class SequentialScheduleConfig(ScheduleConfig):
 
         return SequentialScheduler()
 
+    permutes_stream_batches: ClassVar[bool] = True
+
 
 @ScheduleConfig.register("random")
 @dataclass(frozen=True, kw_only=True)
@@ -191,3 +198,5 @@ class RandomScheduleConfig(ScheduleConfig):
         from d3ray.schedule.order.basic import RandomScheduler
 
         return RandomScheduler(ctx.seed, self.order_seed)
+
+    permutes_stream_batches: ClassVar[bool] = True

@@ -52,3 +52,26 @@ def test_in_trainer_placement_accepts_exactly_the_estimators_that_run_on_shards(
     else:
         with pytest.raises(ValueError, match=f"not '{name}'.*use influence_placement: actors"):
             build()
+
+
+@pytest.mark.parametrize(("name", "branched"), [("d3", True), ("random", True), ("sequential", True),
+                                                ("curriculum", False), ("loss", False), ("odm", False)])
+def test_census_branches_exactly_the_schedules_whose_decisions_permute_the_stream_batches(tmp_path, name, branched):
+    import yaml
+
+    from d3ray.census.census import CensusOptions, check_inputs, load_run
+    from d3ray.config_loading import to_dict
+    from d3ray.errors import UserError
+
+    cfg = load_config(RunConfig, None, [f"--schedule.type={name}", "--schedule.L=4", "--train.steps=16",
+                                        "--train.zero_stage=0"])
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    (tmp_path / "checkpoint_0").mkdir()
+    (tmp_path / "checkpoint_0" / "state.json").write_text(json.dumps(
+        {"step": 4, "next_chunk": 1, "position": 0, "tokens": 0, "schedule": {}}))
+    options = CensusOptions(run_dir=tmp_path, out=tmp_path / "out", checkpoints=[1], chunks=1)
+    if branched:
+        assert check_inputs(load_run(tmp_path), options) == [1]
+    else:
+        with pytest.raises(UserError, match=f"schedule.type={name} .* runs of d3, random, sequential$"):
+            check_inputs(load_run(tmp_path), options)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from d3ray.influence.config import InfluenceConfig
 from d3ray.schedule.config import ScheduleConfig
@@ -119,6 +119,8 @@ class D3ScheduleConfig(ScheduleConfig):
     @property
     def influence_actor_count(self) -> int:
         return self.influence_actors
+
+    permutes_stream_batches: ClassVar[bool] = True
 
 
 @ScheduleConfig.register("curriculum")
