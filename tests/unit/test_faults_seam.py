@@ -83,3 +83,33 @@ def test_plan_with_an_unknown_fault_raises_naming_it(tmp_path):
     (tmp_path / faults.PLAN_FILE).write_text('{"solver_exit_at_chunks": 1}')
     with pytest.raises(ValueError, match="solver_exit_at_chunks"):
         inject(tmp_path, "solve", key=1)
+
+
+def faults_uses_outside_the_seam(root: Path) -> list[str]:
+    """``file:line name`` of every use of ``d3ray.faults`` other than ``inject`` in the package under ``root``
+    (the module itself excepted): attribute uses ``faults.X`` and ``from d3ray.faults import X``."""
+    import ast
+
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "faults.py" and path.parent == root:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "faults"
+                    and node.attr != "inject"):
+                found.append(f"{path.relative_to(root)}:{node.lineno} {node.attr}")
+            if isinstance(node, ast.ImportFrom) and node.module == "d3ray.faults":
+                found += [f"{path.relative_to(root)}:{node.lineno} {a.name}" for a in node.names if a.name != "inject"]
+    return sorted(found)
+
+
+def test_faults_uses_outside_the_seam_finds_a_drill_read_off_the_plan(tmp_path):
+    (tmp_path / "worker.py").write_text("from d3ray import faults\n\ndef f(d):\n    faults.inject(d, 'solve', key=1)\n")
+    assert faults_uses_outside_the_seam(tmp_path) == []
+    (tmp_path / "trainer.py").write_text("from d3ray import faults\nplan = faults.load_plan('d')\n"
+                                         "from d3ray.faults import exit_once\n")
+    assert faults_uses_outside_the_seam(tmp_path) == ["trainer.py:2 load_plan", "trainer.py:3 exit_once"]
+
+
+def test_production_code_reaches_the_drills_only_through_inject():
+    assert faults_uses_outside_the_seam(REPO / "d3ray") == []
