@@ -1,6 +1,6 @@
 """The capacity model's snapshot placement (the default): trainer rank 0 publishes, actors score.
 
-Trainer rank 0 publishes, synchronously (``d3ray.train.loop.publish_snapshot``); influence actors with a
+Trainer rank 0 publishes, synchronously (``d3ray.train.trainer_side.publish_snapshot``); influence actors with a
 full replica each score whole batches. Built on the shared terms of :mod:`d3ray.bench.capacity_model`
 (the symbols, t_step, t_batch(ranks), c_b and t_allreduce are defined there). What travels, as ``d3ray.train.snapshot`` ships it:
 

@@ -37,7 +37,7 @@ def same_stream(trunk: RunConfig, arm: RunConfig) -> bool:
     """Whether the arm's chunk stream is the trunk's (then the trunk's data cursor is valid for it)."""
     a, b = trunk.schedule, arm.schedule
     return (a.L == b.L and a.window_batches() == b.window_batches() and a.shuffle_buffer == b.shuffle_buffer
-            and not a.needs().mixture and not b.needs().mixture and trunk.data == arm.data)
+            and not a.draws_mixture and not b.draws_mixture and trunk.data == arm.data)
 
 
 def branch_schedule_state(schedule: dict[str, Any], branch_at: int, keep_cursor: bool) -> dict[str, Any]:

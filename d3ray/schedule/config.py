@@ -1,9 +1,10 @@
 """Schedule configs: the registry of schedulers, their common fields and what each declares.
 
 Selected in YAML by ``schedule: {type: d3 | random | less | ..., L: 8, ...}``. A config is the
-registry entry and declares, before anything starts, what its scheduler needs and starts
-(``kind``, ``needs()``, ``actor_requests()``, ``window_batches()``); ``build(ctx)`` makes the
-scheduler. Built-ins register when ``d3ray.schedule`` is imported (``d3ray schedulers`` lists them).
+registry entry and declares, before anything starts, what its scheduler asks of the trainers and
+starts (``kind``, ``trainer_requests()``, ``draws_mixture``, ``actor_requests()``, ``window_batches()``),
+and the work it needs done before the run (``before_run(ctx)``, a no-op but for the mixers that train a
+reference or proxies first); ``build(ctx)`` makes the scheduler. Built-ins register when ``d3ray.schedule`` is imported (``d3ray schedulers`` lists them).
 
 A select or weight scheduler hands the batches it keeps to an order scheduler, its ``order`` field
 (default ``random``): ``{type: loss, fraction: 0.5, order: {type: d3}}``.
@@ -15,9 +16,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from d3ray.registry import ChoiceConfig
-from d3ray.schedule.scheduler import ActorRequest, BuildContext, Kind, Needs
+from d3ray.schedule.scheduler import ActorRequest, BuildContext, Kind, TrainerRequests
 
 if TYPE_CHECKING:
+    from d3ray.schedule.mix.prerun import PreRunContext
     from d3ray.schedule.scheduler import Scheduler
 
 
@@ -64,9 +66,20 @@ class ScheduleConfig(ChoiceConfig):
         if not self.deadline_s > 0:
             raise ValueError(f"schedule.deadline_s={self.deadline_s} must be > 0")
 
-    def needs(self) -> Needs:
-        """What the scheduler needs from the trainers."""
-        return Needs()
+    def trainer_requests(self) -> TrainerRequests:
+        """What the scheduler asks of the trainers (d3ray/train/trainer_side.py carries it out)."""
+        return TrainerRequests()
+
+    @property
+    def draws_mixture(self) -> bool:
+        """The scheduler decides each chunk's domain mixture (``mixture(chunk_id)``): the stream draws every
+        chunk by domain (d3ray/data/README.md, "mixed"). The mixers (``Kind.MIX``)."""
+        return self.kind is Kind.MIX
+
+    def before_run(self, ctx: PreRunContext) -> None:
+        """Work before the main run, called by the driver once Ray is up, for every scheduler (a no-op here;
+        DoReMi trains or exports its reference model, RegMix runs its proxies)."""
+        return None
 
     def actor_requests(self) -> list[ActorRequest]:
         """The Ray actors the scheduler starts (sweep resource accounting, ``placement.json``)."""
@@ -133,12 +146,19 @@ class StagedScheduleConfig(ScheduleConfig):
                 f"schedule.order.type={self.order.type_name!r} is a {self.order.kind} scheduler; "
                 f"it must be an order scheduler ({', '.join(known_of_kind(Kind.ORDER))})"
             )
+        if self.order.trainer_requests().sketch is not None:  # they would sketch the window, not what is kept
+            raise ValueError(
+                f"schedule.order.influence_placement=in_trainer under a {self.kind} scheduler: the trainers sketch "
+                f"a chunk's whole candidate window, not the batches {self.type_name!r} keeps; use "
+                f"influence_placement: actors (or a d3 schedule of its own)"
+            )
 
-    def needs(self) -> Needs:
-        return self.own_needs() | self.order.needs()
+    def trainer_requests(self) -> TrainerRequests:
+        return self.own_trainer_requests() | self.order.trainer_requests()
 
-    def own_needs(self) -> Needs:
-        return Needs()
+    def own_trainer_requests(self) -> TrainerRequests:
+        """What this stage itself asks of the trainers (the order stage's requests are merged in)."""
+        return TrainerRequests()
 
     def actor_requests(self) -> list[ActorRequest]:
         return self.own_actor_requests() + self.order.actor_requests()

@@ -6,8 +6,8 @@ works in two phases so that model work (influence, scoring) runs one chunk ahead
 ``submit(chunk, batch_refs, context)`` starts the work and returns a :class:`PendingDecision`;
 ``result(timeout_s)`` returns the decision, or the scheduler's fallback once the deadline passes.
 
-    ScheduleConfig (typed, registered)        ── kind, needs(), actor_requests(), window_batches()
-        │ build(BuildContext)                     known before anything starts (sweeps, placement)
+    ScheduleConfig (typed, registered)        ── kind, trainer_requests(), draws_mixture, before_run(ctx),
+        │ build(BuildContext)                     actor_requests(), window_batches(): known before anything starts
         ▼
     Scheduler ── submit(chunk, refs, SubmitContext) → PendingDecision ─► ChunkDecision
              ── observe(ChunkFeedback)     per-sample losses of each trained chunk, in chunk order
@@ -15,13 +15,15 @@ works in two phases so that model work (influence, scoring) runs one chunk ahead
              ── state_dict() / load_state_dict()   a resumed run makes the same decisions
              ── actors()   the Ray actors it started (placement.json);  close()
 
-Nothing outside a scheduler probes its internals: what it needs (a weights snapshot, training
-feedback) and what it starts are declared by its config. Decisions must be a pure function of the
+Nothing outside a scheduler probes its internals: what it asks of the trainers is a typed
+:class:`TrainerRequests` (a weights snapshot, in-trainer sketches, training feedback), carried out by
+one module on the trainers' side (d3ray/train/trainer_side.py); what it starts and whether the stream
+draws by domain are declared by its config too. Decisions must be a pure function of the
 chunk, the seed, the weights snapshot of version ``chunk_id - staleness`` and the feedback of the
 chunks before ``chunk_id - staleness``: ``submit`` never changes what later decisions depend on;
 only ``observe`` does (ARCHITECTURE.md section 3, deterministic). The same holds for
-``mixture(chunk_id)`` (mixers, ``needs.mixture``): the coordinator asks for it just before the stream
-draws the chunk, after the scheduler observed the feedback of every chunk before ``chunk_id - staleness``.
+``mixture(chunk_id)`` (mixers, ``ScheduleConfig.draws_mixture``): the coordinator asks for it just before
+the stream draws the chunk, after the scheduler observed the feedback of every chunk before ``chunk_id - staleness``.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from d3ray.data.chunker import Chunk
+from d3ray.influence.config import InfluenceConfig
 
-#: Dtypes a weights snapshot may travel in (``Needs.snapshot_dtype``; d3ray/train/snapshot.py).
+#: Dtypes a weights snapshot may travel in (``SnapshotRequest.dtype``; d3ray/train/snapshot.py).
 SNAPSHOT_DTYPES = ("bfloat16", "float32")
 
 
@@ -49,6 +52,88 @@ class Kind(StrEnum):
     """Per-sample loss weights inside the step (loss reweighting)."""
     MIX = "mix"
     """The domain each next sequence is drawn from (DoReMi, ODM, RegMix, static)."""
+
+
+@dataclass(frozen=True)
+class SnapshotRequest:
+    """The trainers publish a snapshot of their weights at every chunk boundary.
+
+    Cadence: one snapshot per chunk boundary, version ``v`` = the chunks trained before it (version 0
+    before the first step, published by trainer rank 0 itself); chunk c is decided with version
+    ``c − staleness``, the only versions the decision rule reads.
+    """
+
+    dtype: str = "float32"
+    """The dtype the weights (and optimizer state) travel in (``SNAPSHOT_DTYPES``): ``bfloat16`` halves
+    the bytes, for a reader that accepts 16-bit torch tensors (d3's influence actors); ``float32`` numpy
+    arrays otherwise (every reader accepts them)."""
+    optimizer_state: bool = False
+    """The AdamW state travels with every snapshot (optimizer-aware influence, ``preconditioner: adam``)."""
+
+    def __post_init__(self) -> None:
+        if self.dtype not in SNAPSHOT_DTYPES:
+            raise ValueError(f"SnapshotRequest.dtype must be one of {list(SNAPSHOT_DTYPES)}, got {self.dtype!r}")
+
+    def __or__(self, other: SnapshotRequest) -> SnapshotRequest:
+        """One snapshot serves both readers (a staged scheduler and its order): 16 bits only if both
+        accept 16 bits, else float32 (which every reader accepts); the optimizer state if either reads it."""
+        dtype = "bfloat16" if self.dtype == other.dtype == "bfloat16" else "float32"
+        return SnapshotRequest(dtype=dtype, optimizer_state=self.optimizer_state or other.optimizer_state)
+
+
+@dataclass(frozen=True)
+class SketchRequest:
+    """The trainers sketch each chunk themselves on their ZeRO-3 shards (D3 ``influence_placement:
+    in_trainer``, d3ray/train/sharded_influence.py) and hand the coordinator its S.
+
+    Chunk c is sketched at weights version ``max(0, c − staleness)``: chunks 0..staleness before the
+    first step, then chunk ``v + staleness`` at each version v (:meth:`due`).
+    """
+
+    influence: InfluenceConfig
+    """The estimator, sketch and cost knobs (the same on every rank)."""
+    staleness: int
+    """``ScheduleConfig.staleness``."""
+    L: int
+    """``ScheduleConfig.L``: with the run's steps, the chunks the run trains (later ones are never sketched)."""
+
+    def total_chunks(self, steps: int) -> int:
+        """Chunks a run of ``steps`` steps trains (the last one may be partial)."""
+        return -(-steps // self.L)
+
+    def due(self, version: int, total_chunks: int) -> list[int]:
+        """Chunks sketched at weights version ``version`` of a run of ``total_chunks`` chunks."""
+        chunks = range(self.staleness + 1) if version == 0 else [version + self.staleness]
+        return [c for c in chunks if c < total_chunks]
+
+
+@dataclass(frozen=True)
+class FeedbackRequest:
+    """Trainer rank 0 sends the per-sample training losses of every trained chunk (``observe``)."""
+
+
+@dataclass(frozen=True)
+class TrainerRequests:
+    """What a scheduler asks of the trainers (None: not asked). Declared by its config
+    (``ScheduleConfig.trainer_requests()``), carried out by d3ray/train/trainer_side.py, and read by the
+    coordinator to know what to wait for before a decision."""
+
+    snapshot: SnapshotRequest | None = None
+    sketch: SketchRequest | None = None
+    feedback: FeedbackRequest | None = None
+
+    def __or__(self, other: TrainerRequests) -> TrainerRequests:
+        """A staged scheduler's requests: its own and its order stage's (one snapshot serves both).
+
+        Raises:
+            ValueError: both stages ask for different in-trainer sketches (the trainers sketch one way).
+        """
+        if self.sketch is not None and other.sketch is not None and self.sketch != other.sketch:
+            raise ValueError(f"two stages ask the trainers for different sketches: {self.sketch} and {other.sketch}")
+        snapshot = (self.snapshot | other.snapshot if self.snapshot is not None and other.snapshot is not None
+                    else self.snapshot or other.snapshot)
+        return TrainerRequests(snapshot=snapshot, sketch=self.sketch or other.sketch,
+                               feedback=self.feedback or other.feedback)
 
 
 @dataclass(frozen=True)
@@ -189,11 +274,11 @@ class SubmitContext:
     """What the coordinator hands a scheduler with a chunk."""
 
     weights: list | None = None
-    """``[ObjectRef]`` of the weights snapshot of version ``weights_version`` (when ``needs.weights``)."""
+    """``[ObjectRef]`` of the weights snapshot of version ``weights_version`` (a :class:`SnapshotRequest`)."""
     weights_version: int | None = None
     """Chunks trained before that snapshot (or before the trainers sketched the chunk)."""
     influence: list | None = None
-    """``[ObjectRef]`` of the chunk's ``ChunkInfluence`` (S) from the trainers (when ``needs.sketches``)."""
+    """``[ObjectRef]`` of the chunk's ``ChunkInfluence`` (S) from the trainers (a :class:`SketchRequest`)."""
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,14 @@
 """The per-worker training loop: one linear function, run by every Ray Train worker.
 
-    resume (DeepSpeed state, RNG, data cursor, schedule state) ─► for each decided chunk:
-        for each batch in the chunk's training order: this rank's rows → micro-batches → step
-            (per-sequence losses; weighted by the decision's weights or in-step rule)
-        feedback: the chunk's per-sample losses to the coordinator (rank 0, one call)
-        publish a weights snapshot (schedulers that need weights) → checkpoint every N chunks
+    resume (DeepSpeed state, RNG, data cursor, schedule state)
+    trainer_side.start: what the scheduler asked of the trainers for the first chunks (version 0: its
+        weights snapshot or sketches, published by the trainers themselves)
+    for each decided chunk:
+        for each batch in the chunk's training order: train_step (this rank's rows → micro-batches →
+            optimizer step; per-sequence losses, weighted by the decision's weights or in-step rule)
+        trainer_side.chunk_trained: feedback (the chunk's per-sample losses), then the next version's
+            snapshot or sketches (d3ray/train/trainer_side.py)
+        checkpoint every N chunks (trainer_side.save: the sketcher's state with it)
 
 Every rank pulls the same ``DecidedChunk`` from the ScheduleCoordinator and takes its contiguous
 share of each global batch (rows ``rank*B/W .. (rank+1)*B/W``); micro-batches are the rows
@@ -25,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from d3ray.config import RunConfig
+from d3ray.schedule.scheduler import TrainerRequests
 
 logger = logging.getLogger(__name__)
 
@@ -39,33 +44,10 @@ class WorkerSpec:
     eval_sets: list[Any]
     """[ObjectRef of dict name → (n, T) int32], list-wrapped so Ray does not resolve it early."""
     tokenizer_dir: str
-    publish_weights: bool
-    publish_optimizer_state: bool
-    """Ship the AdamW state with each weights snapshot (influence ``preconditioner: adam``)."""
-    snapshot_dtype: str
-    """The dtype the snapshot travels in (``Needs.snapshot_dtype``: float32 or bfloat16)."""
-    send_feedback: bool
+    requests: TrainerRequests
+    """What the scheduler asks of the trainers (snapshots, sketches, feedback; d3ray/train/trainer_side.py)."""
     eval_tasks: list[Any]
     """[ObjectRef of the prepared lm-eval tasks] (``eval.tasks``), or []."""
-    in_trainer_influence: Any = None
-    """An :class:`~d3ray.train.sharded_influence.InTrainerInfluence` when the trainers sketch the chunks
-    themselves (D3 ``influence_placement: in_trainer``), else None."""
-
-
-def publish_snapshot(engine, zero_stage: int, rank: int, coordinator, version: int, optimizer_state: bool,
-                     dtype: str) -> None:
-    """Put the state dict (and the AdamW state if asked), in the snapshot ``dtype``, in the object store
-    and hand the refs and their byte size (the schedule log's ``snapshot_bytes``) to the coordinator.
-    Collectives under ZeRO (d3ray/train/snapshot.py): every rank calls."""
-    import ray
-
-    from d3ray.train.snapshot import snapshot_nbytes, snapshot_optimizer_state, snapshot_weights
-
-    parts = [snapshot_weights(engine, zero_stage, rank, dtype)]
-    if optimizer_state:
-        parts.append(snapshot_optimizer_state(engine, zero_stage, rank, dtype))
-    if rank == 0:
-        coordinator.publish_weights.remote(version, [ray.put(p) for p in parts], snapshot_nbytes(parts), dtype)
 
 
 def micro_weights(chunk, position: int, rows: slice, losses):
@@ -125,6 +107,21 @@ def train_step(engine, batch, rows: slice, micro: int, device, weights_for) -> A
     return step_stats
 
 
+def all_ranks(step_stats, world: int) -> np.ndarray:
+    """Every rank's ``train_step`` result on every rank: (W, 1 + B/W), rank-major (one small collective)."""
+    import torch
+    import torch.distributed as dist
+
+    from d3ray.train.collectives import collective_device
+
+    if world == 1:
+        return step_stats.cpu().numpy()[None]
+    step_stats = step_stats.to(collective_device())
+    gathered = [torch.zeros_like(step_stats) for _ in range(world)]
+    dist.all_gather(gathered, step_stats)
+    return torch.stack(gathered).cpu().numpy()
+
+
 def harness_metrics(engine, tasks: list[Any], tokenizer_dir: str, rank: int, zero_stage: int) -> dict[str, float]:
     """``eval.tasks`` through lm-evaluation-harness on rank 0 (the other ranks wait; under ZeRO-3 every
     rank takes part in gathering the full parameters first)."""
@@ -160,17 +157,17 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     from d3ray.errors import UserError
     from d3ray.model import build_model, enable_activation_checkpointing, lora_base_model
     from d3ray.run_files import route_logs_to_run_dir, stdout_to_log
-    from d3ray.schedule.scheduler import ChunkFeedback
     from d3ray.train.checkpoint import TrainState, checkpoint_due, load_checkpoint, save_checkpoint
-    from d3ray.train.collectives import collective_device
     from d3ray.train.deepspeed_config import deepspeed_config, lr_factor
     from d3ray.train.evaluation import evaluate
     from d3ray.train.metrics import RunLogs, chunk_domain_metrics, progress_line
+    from d3ray.train.trainer_side import TrainerSide
 
     spec: WorkerSpec = config["spec"]
     cfg, tcfg = spec.cfg, spec.cfg.train
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    is_rank0 = rank == 0
     route_logs_to_run_dir(cfg.run_dir, f"trainer-{rank}")
     if world != tcfg.num_workers:
         raise RuntimeError(f"expected {tcfg.num_workers} workers, Ray Train started {world}")
@@ -195,11 +192,9 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     )
     engine.train()  # from_pretrained returns a model in eval mode: train with the model's own dropout
 
-    scorer = None
-    if spec.in_trainer_influence is not None:
-        from d3ray.train.sharded_influence import ShardedScorer
-
-        scorer = ShardedScorer(engine, spec.in_trainer_influence.config, rank, world, run_dir=cfg.run_dir)
+    run_dir = cfg.run_dir
+    coordinator = spec.coordinator
+    trainer_side = TrainerSide(spec.requests, engine, rank, world, coordinator, tcfg.zero_stage, tcfg.steps, run_dir)
     frozen_base = lora_base_model(cfg.model)
     state = TrainState()
     checkpoint = ray.train.get_checkpoint()
@@ -208,36 +203,20 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     if checkpoint is not None:
         with checkpoint.as_directory() as d:
             state = load_checkpoint(engine, Path(d), rank, base_model=frozen_base)
-            if scorer is not None:
-                scorer.load(Path(d))
+            trainer_side.restore(Path(d))
         logger.info("rank %d resumed at step %d, chunk %d+%d", rank, state.step, state.next_chunk, state.position)
-    coordinator = spec.coordinator
-    if rank == 0 and state.schedule:
+    if is_rank0 and state.schedule:
         ray.get(coordinator.restore.remote(state.schedule))
 
-    run_dir = cfg.run_dir
     logs = RunLogs(run_dir, state.step, state.next_chunk + (1 if state.position else 0), report_to=tcfg.report_to,
-                   run_name=cfg.name, config=to_dict(cfg)) if rank == 0 else None
+                   run_name=cfg.name, config=to_dict(cfg)) if is_rank0 else None
     eval_sets = ray.get(spec.eval_sets[0]) if spec.eval_sets else {}
     eval_tasks = ray.get(spec.eval_tasks[0]) if spec.eval_tasks else []
     per_rank = tcfg.global_batch_size // world
     micro = tcfg.micro_batch_size
     last_eval: dict[str, float] = {}
 
-    def prepare_next_chunks() -> None:
-        """What the scheduler needs from the trainers at this weights version (state.next_chunk): a
-        weights snapshot, or (in_trainer influence) the sketches of the chunks due now."""
-        if spec.publish_weights:
-            publish_snapshot(engine, tcfg.zero_stage, rank, coordinator, state.next_chunk, spec.publish_optimizer_state,
-                             spec.snapshot_dtype)
-        if scorer is not None:
-            from d3ray.train.sharded_influence import sketch_due_chunks
-
-            seconds = sketch_due_chunks(scorer, spec.in_trainer_influence, coordinator, state.next_chunk, rank)
-            if logs is not None:
-                logs.log_metrics({"step": state.step, "time/in_trainer_influence_sec": seconds})
-
-    prepare_next_chunks()  # the weights / sketches the first chunks need (fresh start or resume)
+    trainer_side.start(state.next_chunk, state.step, logs)  # what the first chunks need (fresh start or resume)
 
     def run_eval() -> dict[str, float]:
         if not eval_sets and not eval_tasks:
@@ -245,7 +224,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
         result = evaluate(engine, eval_sets, rank, world, tcfg.micro_batch_size, device) if eval_sets else {}
         if eval_tasks:
             result.update(harness_metrics(engine, eval_tasks, spec.tokenizer_dir, rank, tcfg.zero_stage))
-        if logs is not None:
+        if is_rank0:
             logs.log_metrics({"step": state.step, **result})
             summary = " ".join(f"{k.split('/')[1]}={v:.1f}" for k, v in result.items() if k.endswith("/ppl"))
             print(f"eval step {state.step} | mean loss {result.get('eval/mean_loss', float('nan')):.4f} | ppl {summary}",
@@ -268,7 +247,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             return {"steps": state.step, "stopped_by_user_error": True}
         wait_s = time.perf_counter() - t_wait
         next_ref = coordinator.get_chunk.remote(chunk.chunk_id + 1)  # prefetch the next decided chunk
-        if logs is not None and state.position == 0:
+        if is_rank0 and state.position == 0:
             logs.log_chunk(chunk, wait_s)
         chunk_losses = np.full((chunk.steps, tcfg.global_batch_size), np.nan, dtype=np.float32)
         first_position = state.position
@@ -280,19 +259,13 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             faults.inject(run_dir, "train_step", rank=rank, step=state.step)
             step_stats = train_step(engine, batch, slice(rank * per_rank, (rank + 1) * per_rank), micro, device,
                                     partial(micro_weights, chunk, p))
-            if world > 1:  # one small collective: the step loss and every rank's per-sample losses
-                step_stats = step_stats.to(collective_device())
-                gathered = [torch.zeros_like(step_stats) for _ in range(world)]
-                dist.all_gather(gathered, step_stats)
-                stats = torch.stack(gathered).cpu().numpy()
-            else:
-                stats = step_stats.cpu().numpy()[None]
+            stats = all_ranks(step_stats, world)  # (W, 1 + B/W): every rank's step loss and per-sample losses
             loss_value = float(stats[:, 0].sum()) / world
             chunk_losses[p] = stats[:, 1:].reshape(-1)
             state.step += 1
             state.position = p + 1
             state.tokens += int(batch.n_tokens.sum())
-            if logs is not None:
+            if is_rank0:
                 elapsed = time.perf_counter() - start_time
                 tps = (state.tokens - start_tokens) / max(elapsed, 1e-9)
                 lr = engine.get_lr()[0]
@@ -310,22 +283,14 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             if state.step >= end:
                 break
         chunk_done = state.position >= chunk.steps
-        if chunk_done and logs is not None:
+        if chunk_done and is_rank0:
             # Per-domain training loss (and the mixer's weights) of the chunk: one metrics row per chunk.
             logs.log_metrics({"step": state.step, "chunk_id": chunk.chunk_id,
                               **chunk_domain_metrics([d for ds in chunk.domains for d in ds], chunk_losses,
                                                      chunk.mixture)})
-        if chunk_done:
-            if rank == 0 and spec.send_feedback:
-                trained = ~np.isnan(chunk_losses[:, 0])
-                coordinator.feedback.remote(ChunkFeedback(
-                    chunk_id=chunk.chunk_id,
-                    sample_ids=tuple(s for p, ids in enumerate(chunk.sample_ids) if trained[p] for s in ids),
-                    domains=tuple(d for p, ds in enumerate(chunk.domains) if trained[p] for d in ds),
-                    losses=chunk_losses[trained].reshape(-1)))
+        if chunk_done:  # feedback, then the next version's snapshot / sketches
+            trainer_side.chunk_trained(chunk, chunk_losses, state.step, more=state.step < end)
             state.next_chunk, state.position = chunk.chunk_id + 1, 0
-            if state.step < end:
-                prepare_next_chunks()
         finished = state.step >= end
         if finished:
             last_eval = run_eval()
@@ -341,7 +306,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             due = bool(flag.item())
         if due:
             last_checkpoint_time, last_checkpoint_step = time.perf_counter(), state.step
-            if logs is not None:
+            if is_rank0:
                 if not finished:
                     ray.get(next_ref)  # the next chunk's decision belongs in this checkpoint
                 state.schedule = ray.get(coordinator.checkpoint_state.remote(state.next_chunk))
@@ -352,17 +317,16 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             t_save = time.perf_counter()
             local = tempfile.mkdtemp(prefix="d3ray-checkpoint-")
             save_checkpoint(engine, state, Path(local), rank, Path(spec.tokenizer_dir), base_model=frozen_base)
-            if scorer is not None:
-                scorer.save(Path(local))
+            trainer_side.save(Path(local))
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(local),
                              checkpoint_upload_mode=upload, delete_local_checkpoint_after_upload=True)
-            if logs is not None:  # what the checkpoint cost the trainers (with async: the save, not the upload)
+            if is_rank0:  # what the checkpoint cost the trainers (with async: the save, not the upload)
                 logs.log_metrics({"step": state.step, "time/checkpoint_sec": time.perf_counter() - t_save})
-            if rank == 0:
+            if is_rank0:
                 coordinator.release.remote(state.next_chunk)
 
     elapsed = time.perf_counter() - start_time
-    if logs is not None:
+    if is_rank0:
         logs.close()
     return {"steps": state.step, "final_loss": loss_value, "tokens": state.tokens,
             "tokens_per_sec": (state.tokens - start_tokens) / max(elapsed, 1e-9),

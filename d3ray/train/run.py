@@ -2,6 +2,9 @@
 
     prepare_data  ── corpus or SFT suite (generated if none configured) · tokenizer (trained once
                      per run, reused on resume) · eval sets and eval tasks (prepare.py)
+    requests      ── what the scheduler asks of the trainers (schedule.trainer_requests(), built once):
+                     to the coordinator (what to wait for) and to the trainers (d3ray/train/trainer_side.py)
+    pre-run       ── the scheduler's before_run (a no-op but for DoReMi's reference, RegMix's proxies)
     coordinator   ── ScheduleCoordinator actor over the Ray Data stream
     fit           ── TorchTrainer(train_loop_per_worker) with N DeepSpeed workers; re-running the
                      same run name resumes from the newest checkpoint (Ray Train storage)
@@ -67,6 +70,7 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
     from d3ray.schedule.scheduler import BuildContext
     from d3ray.train.deepspeed_config import check_deepspeed_fragment
     from d3ray.train.loop import WorkerSpec, train_loop_per_worker
+    from d3ray.train.trainer_side import check_requests
 
     started = time.perf_counter()
     run_dir = cfg.run_dir
@@ -82,12 +86,10 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
     eval_sets = load_eval_sets(cfg, prepared)
     eval_tasks = prepare_eval_tasks(prepared)
     schedule = cfg.schedule
-    needs = schedule.needs()
-    if needs.sketches and cfg.train.zero_stage != 3:
-        raise UserError(f"schedule.influence_placement=in_trainer sketches on ZeRO-3 parameter shards: set "
-                        f"--train.zero_stage=3 (got {cfg.train.zero_stage}), or use influence_placement: actors")
+    requests = schedule.trainer_requests()
+    check_requests(requests, cfg.train.zero_stage)
     mix_domains = None
-    if needs.mixture:  # a mixer: its domains and weights checked against the corpus before Ray starts
+    if schedule.draws_mixture:  # a mixer: its domains and weights checked against the corpus before Ray starts
         from d3ray.schedule.mix.domains import resolve_mix_domains
 
         mix_domains = resolve_mix_domains(schedule, prepared.data, prepared.train_shards, prepared.sft)
@@ -97,8 +99,8 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
     scheduler = None
     try:
         check_cluster(cfg, fixed=owns_ray and cfg.ray.address in (None, "local"))
-        if needs.mixture:  # DoReMi's reference model, RegMix's proxy runs: short runs of their own, first
-            schedule.before_run(pre_run_context(cfg, prepared, list(mix_domains or [])))
+        # DoReMi's reference model, RegMix's proxy runs: short runs of their own, first (a no-op for the rest)
+        schedule.before_run(pre_run_context(cfg, prepared, list(mix_domains or [])))
         eval_ref = [ray.put(eval_sets)] if eval_sets else []
         scheduler = schedule.build_transformed(BuildContext(
             seed=cfg.seed, model_config=model_config, model=cfg.model, run_name=cfg.name, run_dir=str(run_dir),
@@ -115,17 +117,12 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
         with stderr_to_file(run_dir / "logs" / "driver.log"):
             coordinator = ray.remote(ScheduleCoordinator).options(
                 num_cpus=0, max_concurrency=32, max_restarts=2, max_task_retries=2, scheduling_strategy=here,
-            ).remote(make_stream, scheduler, needs, schedule.prefetch_chunks, schedule.staleness, schedule.deadline_s,
-                     str(run_dir))
-        # (a compare arm starting from a trunk, train.init_checkpoint: the trainers publish its weights)
-        if needs.weights and not has_checkpoint(cfg) and not cfg.train.init_checkpoint:
-            publish_initial_weights(cfg, model_config, coordinator, needs.optimizer_state, needs.snapshot_dtype)
+            ).remote(make_stream, scheduler, _needs_bridge(requests, schedule.draws_mixture), schedule.prefetch_chunks,
+                     schedule.staleness, schedule.deadline_s, str(run_dir))
+        # Every version of the weights, 0 included, comes from the trainers (d3ray/train/trainer_side.py).
         spec = WorkerSpec(cfg=cfg, model_config=model_config, coordinator=coordinator, eval_sets=eval_ref,
-                          tokenizer_dir=str(prepared.tokenizer_dir), publish_weights=needs.weights,
-                          publish_optimizer_state=needs.optimizer_state, snapshot_dtype=needs.snapshot_dtype,
-                          send_feedback=needs.feedback,
-                          eval_tasks=[ray.put(eval_tasks)] if eval_tasks else [],
-                          in_trainer_influence=in_trainer_influence(schedule, cfg.train.steps) if needs.sketches else None)
+                          tokenizer_dir=str(prepared.tokenizer_dir), requests=requests,
+                          eval_tasks=[ray.put(eval_tasks)] if eval_tasks else [])
         trainer = TorchTrainer(
             train_loop_per_worker,
             train_loop_config={"spec": spec},
@@ -227,50 +224,13 @@ def schedule_summary(run_dir: Path) -> dict[str, Any]:
     return out
 
 
-def in_trainer_influence(schedule: Any, steps: int) -> Any:
-    """What the trainers need to sketch the chunks themselves (D3 ``influence_placement: in_trainer``)."""
-    from d3ray.data.chunker import total_chunks
-    from d3ray.train.sharded_influence import InTrainerInfluence
+def _needs_bridge(requests: Any, draws_mixture: bool) -> Any:
+    from d3ray.schedule.scheduler import Needs
 
-    return InTrainerInfluence(config=schedule.influence, staleness=schedule.staleness,
-                              total_chunks=total_chunks(steps, schedule.L))
-
-
-def has_checkpoint(cfg: RunConfig) -> bool:
-    """Whether Ray Train's storage holds a checkpoint of this run, i.e. this run resumes: ``checkpoint_*``
-    under ``<storage_path>/<name>`` on a local or shared path, or on an ``s3://`` / ``gs://`` URI (listed
-    through pyarrow.fs, as Ray Train writes them); under the run directory without a ``storage_path``."""
-    if not cfg.storage_path or "://" not in cfg.storage_path:
-        experiment = cfg.run_dir if not cfg.storage_path else Path(cfg.storage_path).expanduser().resolve() / cfg.name
-        return any(p.is_dir() for p in experiment.glob("checkpoint_*"))  # not checkpoint_manager_snapshot.json
-    import pyarrow.fs
-
-    fs, root = pyarrow.fs.FileSystem.from_uri(cfg.storage_path.rstrip("/") + "/" + cfg.name)
-    listing = fs.get_file_info(pyarrow.fs.FileSelector(root, allow_not_found=True))
-    return any(i.type == pyarrow.fs.FileType.Directory and i.base_name.startswith("checkpoint_") for i in listing)
-
-
-def publish_initial_weights(cfg: RunConfig, model_config: dict[str, Any], coordinator: Any,
-                            optimizer_state: bool = False, dtype: str = "float32") -> None:
-    """Publish the initial weights (version 0) from the driver, so that chunk 0's influence overlaps
-    with the trainers' start-up. They equal the trainers' own: same seed, same construction; with
-    ``optimizer_state``, also the AdamW state before the first step (zeros, the first step's lr);
-    in the snapshot ``dtype``, as the trainers publish theirs (d3ray/train/snapshot.py)."""
-    import ray
-    import torch
-
-    from d3ray.model import build_model
-    from d3ray.train.deepspeed_config import deepspeed_config, lr_factor
-    from d3ray.train.snapshot import initial_optimizer_state, ship_state, snapshot_nbytes
-
-    torch.manual_seed(cfg.seed)
-    model = build_model(model_config, cfg.model, deepspeed_config(cfg.train))  # ZeRO-3: its init, whole
-    parts: list[Any] = [ship_state(model.state_dict(), dtype)]
-    if optimizer_state:
-        tcfg = cfg.train
-        parts.append(initial_optimizer_state(model, tcfg.lr * lr_factor(0, tcfg), tcfg.betas, tcfg.weight_decay,
-                                             tcfg.grad_clip, dtype=dtype))
-    ray.get(coordinator.publish_weights.remote(0, [ray.put(p) for p in parts], snapshot_nbytes(parts), dtype))
+    snap = requests.snapshot
+    return Needs(weights=snap is not None, feedback=requests.feedback is not None,
+                 optimizer_state=snap is not None and snap.optimizer_state, mixture=draws_mixture,
+                 sketches=requests.sketch is not None, snapshot_dtype=snap.dtype if snap else "float32")
 
 
 def write_placement(run_dir: Path, coordinator: Any, scheduler: Any) -> None:

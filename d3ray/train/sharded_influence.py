@@ -1,7 +1,9 @@
 """In-trainer influence: the trainer ranks sketch a chunk on their own ZeRO-3 shards.
 
-``schedule.influence_placement: in_trainer`` (D3). Between chunks, every trainer rank scores the
-chunk the coordinator asks for, and no process ever holds the full weights or a full gradient:
+``schedule.influence_placement: in_trainer`` (D3, a ``SketchRequest``). This module is the engine (the
+math on the shards); d3ray/train/trainer_side.py decides when, asks the coordinator for the chunk and
+hands it the S. Between chunks, every trainer rank scores the chunk the coordinator asks for, and no
+process ever holds the full weights or a full gradient:
 
     batch i: sampled sequences (sample_rows, as the influence actors) split over the W ranks
         │ forward + backward on the ZeRO-3 module (DeepSpeed gathers one layer's weights at a time)
@@ -46,7 +48,6 @@ import dataclasses
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,7 @@ import torch
 from d3ray import faults
 from d3ray.influence.chunk import parameter_names, sketch_chunk
 from d3ray.influence.config import InfluenceConfig
-from d3ray.influence.influence import BatchSketches, ChunkInfluence, Reference
+from d3ray.influence.influence import BatchSketches, Reference
 from d3ray.influence.optimizer import AdamWState
 from d3ray.influence.shards import Shards
 from d3ray.influence.statistics import IGNORE_INDEX, BatchStatistics
@@ -64,7 +65,7 @@ from d3ray.train.collectives import all_reduce_sum, collective_device
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["InTrainerInfluence", "ShardedScorer", "sketch_due_chunks"]
+__all__ = ["ShardedScorer"]
 
 
 class _GradientBuckets:
@@ -282,50 +283,3 @@ class ShardedScorer:
         path = Path(directory) / f"influence_means_rank{self.rank}.pt"
         if path.exists():
             self.load_state_dict(torch.load(path, weights_only=False))
-
-
-@dataclass(frozen=True)
-class InTrainerInfluence:
-    """What the trainers need to sketch chunks themselves (``WorkerSpec.in_trainer_influence``)."""
-
-    config: InfluenceConfig
-    staleness: int
-    """Chunk c is sketched at weights version max(0, c − staleness) (ScheduleConfig.staleness)."""
-    total_chunks: int
-    """Chunks the run trains; later ones are never sketched."""
-
-    def due(self, version: int) -> list[int]:
-        """Chunks sketched at weights version ``version``: 0..staleness before training, then version + staleness."""
-        chunks = range(self.staleness + 1) if version == 0 else [version + self.staleness]
-        return [c for c in chunks if c < self.total_chunks]
-
-
-def sketch_due_chunks(scorer: ShardedScorer, plan: InTrainerInfluence, coordinator: Any, version: int,
-                      rank: int) -> float:
-    """Sketch the chunks due at weights ``version`` and hand each chunk's S to the coordinator (rank 0
-    merges the sketches); every rank calls. Returns the seconds spent (trainer time, logged as such).
-
-    Rank 0 asks the coordinator for each chunk's batches and tells the other ranks whether there is
-    work (a chunk restored from a checkpoint, or sketched before a rollback, needs none); then every
-    rank fetches the same batches and scores them together.
-    """
-    import ray
-    import torch.distributed as dist
-
-    start = time.perf_counter()
-    for chunk_id in plan.due(version):
-        request = ray.get(coordinator.sketch_request.remote(chunk_id)) if rank == 0 else None
-        flag = [request is not None]
-        dist.broadcast_object_list(flag, src=0)
-        if not flag[0]:
-            continue
-        if rank != 0:  # cannot have changed: the chunk is decided only after every rank sketched it
-            request = ray.get(coordinator.sketch_request.remote(chunk_id))
-        refs, batch_ids = request
-        sketches = scorer.score(chunk_id, ray.get(list(refs)), batch_ids)
-        if rank == 0:  # merged here: S (L² numbers) leaves the trainers, not the sketch rows
-            _, S, excluded = plan.config.estimator.merge([sketches], list(batch_ids))
-            influence = ChunkInfluence(batch_ids=list(batch_ids), S=S, excluded=excluded, losses=sketches.losses,
-                                       timings=dict(sketches.timings))
-            coordinator.publish_influence.remote(chunk_id, [ray.put(influence)])
-    return time.perf_counter() - start

@@ -11,7 +11,7 @@ Both are collectives under ZeRO (every rank calls, in the same order; rank 0 get
   from the optimizer directly. The result is checked against the weights' names and shapes before
   it is shipped, so a wrong state fails here, in the trainer, not in an influence actor.
 
-Both ship in the scheduler's ``snapshot_dtype`` (``Needs.snapshot_dtype``), a copy made on rank 0
+Both ship in the dtype the scheduler asks for (``SnapshotRequest.dtype``), a copy made on rank 0
 after the collectives (which stay as they are): ``float32`` numpy arrays (exact; what every reader
 accepts), or ``bfloat16`` torch tensors (half the bytes; numpy has no bfloat16, and Ray pickles torch
 tensors). bfloat16 rather than float16: it keeps float32's exponent range, so v = E[g²] (often below
@@ -34,7 +34,6 @@ from d3ray.schedule.scheduler import SNAPSHOT_DTYPES
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "initial_optimizer_state",
     "master_copies",
     "ship_optimizer_state",
     "ship_state",
@@ -222,14 +221,3 @@ def snapshot_optimizer_state(engine: Any, zero_stage: int, rank: int, dtype: str
     state = AdamWState(step=adamw_step(base), exp_avg=exp_avg, exp_avg_sq=exp_avg_sq, **hyper)
     state.check_covers({n: _full_shape(p) for n, p in named})
     return state
-
-
-def initial_optimizer_state(model: Any, lr: float, betas: tuple[float, float], weight_decay: float,
-                            max_grad_norm: float, eps: float = 1e-8, *, dtype: str) -> AdamWState:
-    """The state before the first step (m = v = 0, step 0) of a model's trainable parameters, for the
-    weights published before training starts; ``lr`` is the first step's (after warmup scaling);
-    m and v in the snapshot ``dtype``."""
-    shapes = {n: tuple(p.shape) for n, p in model.named_parameters() if p.requires_grad}
-    state = AdamWState.fresh(shapes, lr=lr, betas=(float(betas[0]), float(betas[1])), eps=eps,
-                             weight_decay=weight_decay, max_grad_norm=max_grad_norm)
-    return ship_optimizer_state(state, dtype)

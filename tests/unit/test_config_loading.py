@@ -95,7 +95,7 @@ def test_load_config_choice_knob_of_another_choice_is_an_unknown_key():
     ],
 )
 def test_snapshot_dtype_is_16_bit_only_when_every_weights_reader_takes_it(overrides, dtype):
-    assert load_config(RunConfig, None, overrides).schedule.needs().snapshot_dtype == dtype
+    assert load_config(RunConfig, None, overrides).schedule.trainer_requests().snapshot.dtype == dtype
 
 
 def test_bad_snapshot_dtype_names_the_field():

@@ -227,7 +227,7 @@ def test_bad_nice_config_names_the_field(overrides, message) -> None:
 
 def test_nice_on_pre_training_targets_fails_when_built_naming_the_field() -> None:
     cfg = load_config(RunConfig, None, ["--schedule.type=nice"]).schedule
-    assert cfg.kind == "select" and cfg.needs().weights
+    assert cfg.kind == "select" and cfg.trainer_requests().snapshot is not None
     ctx = BuildContext(seed=0, model_config={}, model=None, run_name="t", run_dir="/tmp", batch_size=4,
                        total_chunks=2, tokenizer_dir="/tmp", eval_sets=[{"RedPajamaC4": np.zeros((3, T), np.int32)}])
     with pytest.raises(ConfigError, match=r"schedule.target_sets: NICE needs held-out SFT records .* 'RedPajamaC4'"):

@@ -15,7 +15,7 @@ from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
 from d3ray.data.chunker import Chunk, GlobalBatch
 from d3ray.schedule.config import ScheduleConfig
-from d3ray.schedule.scheduler import BuildContext, SubmitContext
+from d3ray.schedule.scheduler import BuildContext, SubmitContext, TrainerRequests
 
 B, L = 4, 3
 STATELESS = ["loss_reweight", "mtl", "random", "sequential"]
@@ -25,8 +25,7 @@ keeps its coordinator replay)."""
 
 def pure(name: str) -> bool:
     cfg = ScheduleConfig.lookup(name)()
-    needs = cfg.needs()
-    return not (needs.weights or needs.feedback or needs.mixture or needs.sketches or cfg.actor_requests())
+    return cfg.trainer_requests() == TrainerRequests() and not cfg.draws_mixture and not cfg.actor_requests()
 
 
 def chunk_of(cid: int, capacity: int) -> Chunk:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from d3ray.schedule.config import ScheduleConfig, StagedScheduleConfig
-from d3ray.schedule.scheduler import BuildContext, Kind, Needs
+from d3ray.schedule.scheduler import BuildContext, Kind
 
 
 def check_weights(weights: dict[str, float], field_name: str) -> None:
@@ -39,17 +39,9 @@ class MixScheduleConfig(StagedScheduleConfig):
         if len(set(self.domains)) != len(self.domains) or not all(self.domains):
             raise ValueError(f"schedule.domains={self.domains} must be distinct non-empty domain names")
 
-    def needs(self) -> Needs:
-        return Needs(mixture=True) | super().needs()
-
     def given_weights(self) -> dict[str, float]:
         """Weights this config fixes (``static``), checked against the corpus' domains by the driver."""
         return {}
-
-    def before_run(self, ctx: Any) -> None:
-        """Work before the main run (DoReMi's reference model, RegMix's proxies); ``ctx``: a
-        :class:`~d3ray.schedule.mix.prerun.PreRunContext`. Called by the driver once Ray is up."""
-        return None
 
     def build(self, ctx: BuildContext):
         from d3ray.schedule.mix.base import MixScheduler

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from d3ray.schedule.config import ScheduleConfig
 from d3ray.schedule.mix.base_configs import MixScheduleConfig, StaticMixConfig, check_weights
-from d3ray.schedule.scheduler import ActorRequest, BuildContext, Needs
+from d3ray.schedule.scheduler import ActorRequest, BuildContext, FeedbackRequest, TrainerRequests
+
+if TYPE_CHECKING:
+    from d3ray.schedule.mix.prerun import PreRunContext
 
 __all__ = [
     "DoremiMixConfig",
@@ -80,8 +83,8 @@ class OdmMixConfig(MixScheduleConfig):
         if not (self.reward_scale > 0 and math.isfinite(self.reward_scale)):
             raise ValueError(f"schedule.reward_scale={self.reward_scale} must be > 0")
 
-    def own_needs(self) -> Needs:
-        return Needs(feedback=True)
+    def own_trainer_requests(self) -> TrainerRequests:
+        return TrainerRequests(feedback=FeedbackRequest())
 
     def build_mixer(self, ctx: BuildContext, domains: list[str]) -> Any:
         from d3ray.schedule.mix.odm import OdmMixer
@@ -130,8 +133,8 @@ class DoremiMixConfig(MixScheduleConfig):
         if not 0.0 <= self.smoothing <= 1.0:
             raise ValueError(f"schedule.smoothing={self.smoothing} must be in [0, 1]")
 
-    def own_needs(self) -> Needs:
-        return Needs(feedback=True)
+    def own_trainer_requests(self) -> TrainerRequests:
+        return TrainerRequests(feedback=FeedbackRequest())
 
     def own_actor_requests(self) -> list[ActorRequest]:
         return [ActorRequest("doremi_reference", 1, {"CPU": self.scorer_num_cpus, "GPU": self.scorer_num_gpus})]
@@ -139,7 +142,7 @@ class DoremiMixConfig(MixScheduleConfig):
     def given_weights(self) -> dict[str, float]:
         return dict(self.reference_mixture)
 
-    def before_run(self, ctx: Any) -> None:
+    def before_run(self, ctx: PreRunContext) -> None:
         from d3ray.schedule.mix.prerun import prepare_doremi_reference
 
         prepare_doremi_reference(self, ctx)
@@ -214,7 +217,7 @@ class RegMixConfig(MixScheduleConfig):
         if not self.target:
             raise ValueError("schedule.target must be 'mean' or a held-out set name")
 
-    def before_run(self, ctx: Any) -> None:
+    def before_run(self, ctx: PreRunContext) -> None:
         from d3ray.schedule.mix.prerun import prepare_regmix
 
         prepare_regmix(self, ctx)

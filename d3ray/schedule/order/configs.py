@@ -7,7 +7,15 @@ from typing import ClassVar, Literal
 
 from d3ray.influence.config import InfluenceConfig
 from d3ray.schedule.config import ScheduleConfig
-from d3ray.schedule.scheduler import SNAPSHOT_DTYPES, ActorRequest, BuildContext, Kind, Needs
+from d3ray.schedule.scheduler import (
+    SNAPSHOT_DTYPES,
+    ActorRequest,
+    BuildContext,
+    Kind,
+    SketchRequest,
+    SnapshotRequest,
+    TrainerRequests,
+)
 from d3ray.solver import IlsConfig, SolverConfig
 from d3ray.solver.pool import SolverPoolConfig
 
@@ -54,8 +62,9 @@ class D3ScheduleConfig(ScheduleConfig):
     """Keep each chunk's S in the decision (rank 0 saves it under ``<run_dir>/influence/``)."""
     first_chunk: Literal["scored", "stream"] = "scored"
     """Chunk 0 of a run (``influence_placement: actors``): ``scored`` orders it like every chunk, from the
-    initial weights the driver publishes, and the trainers' first step waits for that influence + solve
-    (nothing can overlap it: the influence actor starts beside the trainers); ``stream`` trains it in
+    initial weights (version 0, which trainer rank 0 publishes before its first step), and the trainers'
+    first step waits for that influence + solve (nothing can overlap it: the influence actor starts
+    beside the trainers); ``stream`` trains it in
     stream order at once, decided without influence (deterministic, so resume and exactly-once are
     unchanged; the schedule log row says ``first_chunk: stream_order``, not a fallback), and the
     influence actor scores chunk 1 while the trainers train chunk 0. The no-argument run uses
@@ -90,11 +99,13 @@ class D3ScheduleConfig(ScheduleConfig):
         """The trainers sketch each chunk on their shards (``influence_placement: in_trainer``)."""
         return self.influence_placement == "in_trainer"
 
-    def needs(self) -> Needs:
+    def trainer_requests(self) -> TrainerRequests:
+        """``in_trainer``: the trainers sketch each chunk (no weights move); ``actors``: a weights snapshot
+        per chunk for the influence actors, with the AdamW state for ``preconditioner: adam``."""
         if self.in_trainer:
-            return Needs(sketches=True)
-        return Needs(weights=True, optimizer_state=self.influence.needs_optimizer_state,
-                     snapshot_dtype=self.snapshot_dtype)
+            return TrainerRequests(sketch=SketchRequest(influence=self.influence, staleness=self.staleness, L=self.L))
+        return TrainerRequests(snapshot=SnapshotRequest(dtype=self.snapshot_dtype,
+                                                        optimizer_state=self.influence.needs_optimizer_state))
 
     def actor_requests(self) -> list[ActorRequest]:
         solver = ActorRequest("solver", self.solver_pool.num_actors,
@@ -150,8 +161,8 @@ class CurriculumScheduleConfig(ScheduleConfig):
         if self.direction not in ("easy_to_hard", "hard_to_easy"):
             raise ValueError(f"schedule.direction={self.direction!r} must be easy_to_hard or hard_to_easy")
 
-    def needs(self) -> Needs:
-        return Needs(weights=self.reference == "current")
+    def trainer_requests(self) -> TrainerRequests:
+        return TrainerRequests(snapshot=SnapshotRequest() if self.reference == "current" else None)
 
     def actor_requests(self) -> list[ActorRequest]:
         return [ActorRequest("scorer", 1, {"CPU": self.scorer_num_cpus, "GPU": self.scorer_num_gpus})]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from d3ray.influence.config import SjltSketchConfig, SketchConfig
 from d3ray.schedule.config import ScheduleConfig, StagedScheduleConfig
-from d3ray.schedule.scheduler import ActorRequest, BuildContext, Kind, Needs
+from d3ray.schedule.scheduler import ActorRequest, BuildContext, Kind, SnapshotRequest, TrainerRequests
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,8 +60,8 @@ class ScorerSelectScheduleConfig(SelectScheduleConfig):
     scorer_num_gpus: float = 0.0
     """GPUs of the scoring actor (fractional allowed)."""
 
-    def own_needs(self) -> Needs:
-        return Needs(weights=True)
+    def own_trainer_requests(self) -> TrainerRequests:
+        return TrainerRequests(snapshot=SnapshotRequest())
 
     def own_actor_requests(self) -> list[ActorRequest]:
         return [ActorRequest("scorer", 1, {"CPU": self.scorer_num_cpus, "GPU": self.scorer_num_gpus})]
@@ -241,8 +241,8 @@ class EmbeddingSelectScheduleConfig(TargetSelectScheduleConfig):
         super().__post_init__()
         check_reference(self.reference, "current")
 
-    def own_needs(self) -> Needs:
-        return Needs(weights=self.reference == "current")
+    def own_trainer_requests(self) -> TrainerRequests:
+        return TrainerRequests(snapshot=SnapshotRequest() if self.reference == "current" else None)
 
 
 @ScheduleConfig.register("tsds")

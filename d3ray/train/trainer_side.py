@@ -1,0 +1,170 @@
+"""The trainers' side of scheduling: what the scheduler asks of the trainers, carried out in one place.
+
+The schedule config declares its :class:`~d3ray.schedule.scheduler.TrainerRequests`; the driver builds
+them once and hands them to the coordinator (what to wait for) and to every trainer rank (what to do):
+
+    TrainerRequests
+        snapshot ─► the weights (and AdamW state) of version v, in the requested dtype: every rank takes
+                    part in the ZeRO gathers (d3ray/train/snapshot.py), rank 0 hands the refs to the coordinator
+        sketch   ─► the chunks due at version v, sketched on the ranks' ZeRO-3 shards (the engine:
+                    d3ray/train/sharded_influence.py); rank 0 merges each chunk's S for the coordinator
+        feedback ─► the per-sample losses of every trained chunk, from rank 0 (one call per chunk)
+
+Version v is the number of chunks trained: the train loop calls :meth:`TrainerSide.start` before its
+first chunk (version 0 on a fresh run, the checkpoint's on a resumed one), :meth:`TrainerSide.chunk_trained`
+after each chunk (feedback, then version chunk + 1), and :meth:`TrainerSide.save` / :meth:`TrainerSide.restore`
+with its checkpoints (the sketcher's control-variate means, per rank).
+
+Version 0 has one producer: trainer rank 0 publishes it before the first step, as every later version,
+from the engine that trains (ZeRO-3 gathers it from the shards). The coordinator does not time the
+weights deadline before the trainers first ask for a chunk, so a slow start-up is no missed deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from d3ray.schedule.scheduler import ChunkFeedback, SketchRequest, SnapshotRequest, TrainerRequests
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["TrainerSide", "check_requests", "chunk_feedback", "publish_snapshot", "sketch_due_chunks"]
+
+
+def check_requests(requests: TrainerRequests, zero_stage: int) -> None:
+    """Refuse, before Ray starts, requests these trainers cannot carry out (a ``UserError`` naming the fix).
+
+    Raises:
+        UserError: a sketch request without ZeRO-3 (the sketcher works on ZeRO-3 parameter shards).
+    """
+    from d3ray.errors import UserError
+
+    if requests.sketch is not None and zero_stage != 3:
+        raise UserError(f"schedule.influence_placement=in_trainer sketches on ZeRO-3 parameter shards: set "
+                        f"--train.zero_stage=3 (got {zero_stage}), or use influence_placement: actors")
+
+
+def publish_snapshot(engine: Any, zero_stage: int, rank: int, coordinator: Any, version: int,
+                     request: SnapshotRequest) -> None:
+    """Put the state dict (and the AdamW state if asked), in the requested dtype, in the object store
+    and hand the refs and their byte size (the schedule log's ``snapshot_bytes``) to the coordinator.
+    Collectives under ZeRO (d3ray/train/snapshot.py): every rank calls."""
+    import ray
+
+    from d3ray.train.snapshot import snapshot_nbytes, snapshot_optimizer_state, snapshot_weights
+
+    parts = [snapshot_weights(engine, zero_stage, rank, request.dtype)]
+    if request.optimizer_state:
+        parts.append(snapshot_optimizer_state(engine, zero_stage, rank, request.dtype))
+    if rank == 0:
+        coordinator.publish_weights.remote(version, [ray.put(p) for p in parts], snapshot_nbytes(parts), request.dtype)
+
+
+def sketch_due_chunks(scorer: Any, request: SketchRequest, total_chunks: int, coordinator: Any, version: int,
+                      rank: int) -> float:
+    """Sketch the chunks due at weights ``version`` and hand each chunk's S to the coordinator (rank 0
+    merges the sketches); every rank calls. Returns the seconds spent (trainer time, logged as such).
+
+    Rank 0 asks the coordinator for each chunk's batches and tells the other ranks whether there is
+    work (a chunk restored from a checkpoint, or sketched before a rollback, needs none); then every
+    rank fetches the same batches and scores them together (``scorer``: a
+    :class:`~d3ray.train.sharded_influence.ShardedScorer`).
+    """
+    import ray
+    import torch.distributed as dist
+
+    from d3ray.influence.influence import ChunkInfluence
+
+    start = time.perf_counter()
+    for chunk_id in request.due(version, total_chunks):
+        asked = ray.get(coordinator.sketch_request.remote(chunk_id)) if rank == 0 else None
+        flag = [asked is not None]
+        dist.broadcast_object_list(flag, src=0)
+        if not flag[0]:
+            continue
+        if rank != 0:  # cannot have changed: the chunk is decided only after every rank sketched it
+            asked = ray.get(coordinator.sketch_request.remote(chunk_id))
+        refs, batch_ids = asked
+        sketches = scorer.score(chunk_id, ray.get(list(refs)), batch_ids)
+        if rank == 0:  # merged here: S (L² numbers) leaves the trainers, not the sketch rows
+            _, S, excluded = request.influence.estimator.merge([sketches], list(batch_ids))
+            influence = ChunkInfluence(batch_ids=list(batch_ids), S=S, excluded=excluded, losses=sketches.losses,
+                                       timings=dict(sketches.timings))
+            coordinator.publish_influence.remote(chunk_id, [ray.put(influence)])
+    return time.perf_counter() - start
+
+
+def chunk_feedback(chunk: Any, losses: np.ndarray) -> ChunkFeedback:
+    """The per-sample losses of the trained steps of ``chunk`` (a ``DecidedChunk``); ``losses``: (steps, B),
+    NaN rows for the steps not trained (a run that stopped inside the chunk)."""
+    trained = ~np.isnan(losses[:, 0])
+    return ChunkFeedback(
+        chunk_id=chunk.chunk_id,
+        sample_ids=tuple(s for p, ids in enumerate(chunk.sample_ids) if trained[p] for s in ids),
+        domains=tuple(d for p, ds in enumerate(chunk.domains) if trained[p] for d in ds),
+        losses=losses[trained].reshape(-1))
+
+
+class TrainerSide:
+    """One trainer rank's share of the scheduler's requests (see the module docstring).
+
+    Args:
+        requests: what the scheduler asks (``ScheduleConfig.trainer_requests()``, the same on every rank).
+        engine: the rank's DeepSpeed engine.
+        rank, world: this rank and the number of trainer ranks.
+        coordinator: the ScheduleCoordinator actor handle.
+        zero_stage: ``train.zero_stage`` (how a snapshot is gathered).
+        steps: ``train.steps`` (with the sketch request's L: the chunks the run trains; later ones are never sketched).
+        run_dir: the run directory, or None (the sketcher's fault drills act through ``d3ray.faults.inject``).
+    """
+
+    def __init__(self, requests: TrainerRequests, engine: Any, rank: int, world: int, coordinator: Any,
+                 zero_stage: int, steps: int, run_dir: str | None = None) -> None:
+        self.requests, self.engine, self.rank, self.coordinator = requests, engine, rank, coordinator
+        self.zero_stage, self.steps = zero_stage, steps
+        self.logs: Any = None
+        self.scorer = None
+        if requests.sketch is not None:
+            from d3ray.train.sharded_influence import ShardedScorer
+
+            self.scorer = ShardedScorer(engine, requests.sketch.influence, rank, world, run_dir=run_dir)
+
+    def start(self, version: int, step: int, logs: Any = None) -> None:
+        """Before the first chunk this process trains: what the first chunks need, at ``version`` (0 on a
+        fresh run). ``logs``: rank 0's ``RunLogs`` (the sketching time goes there), else None."""
+        self.logs = logs
+        self._prepare(version, step)
+
+    def chunk_trained(self, chunk: Any, losses: np.ndarray, step: int, more: bool) -> None:
+        """After the last step of ``chunk``: its feedback (rank 0), then, when ``more`` chunks train, what
+        the next ones need at version ``chunk.chunk_id + 1``."""
+        if self.requests.feedback is not None and self.rank == 0:
+            self.coordinator.feedback.remote(chunk_feedback(chunk, losses))
+        if more:
+            self._prepare(chunk.chunk_id + 1, step)
+
+    def _prepare(self, version: int, step: int) -> None:
+        if self.requests.snapshot is not None:
+            publish_snapshot(self.engine, self.zero_stage, self.rank, self.coordinator, version,
+                             self.requests.snapshot)
+        if self.scorer is not None:
+            sketch = self.requests.sketch
+            seconds = sketch_due_chunks(self.scorer, sketch, sketch.total_chunks(self.steps), self.coordinator, version,
+                                        self.rank)
+            if self.logs is not None:
+                self.logs.log_metrics({"step": step, "time/in_trainer_influence_sec": seconds})
+
+    def save(self, directory: Path) -> None:
+        """Into a checkpoint directory: this rank's sketcher state (nothing without a sketch request)."""
+        if self.scorer is not None:
+            self.scorer.save(directory)
+
+    def restore(self, directory: Path) -> None:
+        """From a checkpoint directory: this rank's sketcher state, if it saved one."""
+        if self.scorer is not None:
+            self.scorer.load(directory)
