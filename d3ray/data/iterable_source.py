@@ -74,9 +74,10 @@ class IterableSource:
         return IterableReader(sequences, _taken(state))
 
     def with_ledger(self, ledger: BadRecordLedger) -> IterableSource:
-        """This source, its readers counting into ``ledger`` (the lanes' shared read counts stay shared)."""
+        """This source, its readers counting into ``ledger``: its lanes count each record of an epoch once
+        into it, whatever this source's lanes have read."""
         source = copy.copy(self)
-        source.ledger = ledger
+        source.ledger, source._read_upto = ledger, {}
         return source
 
 

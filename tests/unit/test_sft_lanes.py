@@ -163,6 +163,10 @@ def test_a_task_lanes_ledger_is_its_own_and_the_source_stays_the_runs(tmp_path, 
     assert source.ledger is run_ledger and lane_source.ledger is lane_ledger
     assert ids(lane_source.reader(0, None, None)) == ids(source_of(cfg, tokenizer).reader(0, None, None))
     assert lane_ledger.total == 13 and lane_ledger.total_bad == 1 and run_ledger.total == 0
+    list(source.reader(1, "add", None))  # the run's task lanes count epoch 1 into the run's ledger ...
+    task_ledger = BadRecordLedger()
+    list(source.with_ledger(task_ledger).reader(1, "copy", None))  # ... and the copy's into its own, in full
+    assert run_ledger.total == 13 and task_ledger.total == 13 and task_ledger.total_bad == 1
 
 
 def mix_schedule(*overrides: str):
