@@ -97,10 +97,6 @@ class SketchRequest:
     L: int
     """``ScheduleConfig.L``: with the run's steps, the chunks the run trains (later ones are never sketched)."""
 
-    def total_chunks(self, steps: int) -> int:
-        """Chunks a run of ``steps`` steps trains (the last one may be partial)."""
-        return -(-steps // self.L)
-
     def due(self, version: int, total_chunks: int) -> list[int]:
         """Chunks sketched at weights version ``version`` of a run of ``total_chunks`` chunks."""
         chunks = range(self.staleness + 1) if version == 0 else [version + self.staleness]

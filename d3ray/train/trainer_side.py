@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from d3ray.data.chunker import total_chunks
 from d3ray.schedule.scheduler import ChunkFeedback, SketchRequest, SnapshotRequest, TrainerRequests
 
 logger = logging.getLogger(__name__)
@@ -154,8 +155,8 @@ class TrainerSide:
                              self.requests.snapshot)
         if self.scorer is not None:
             sketch = self.requests.sketch
-            seconds = sketch_due_chunks(self.scorer, sketch, sketch.total_chunks(self.steps), self.coordinator, version,
-                                        self.rank)
+            seconds = sketch_due_chunks(self.scorer, sketch, total_chunks(self.steps, sketch.L), self.coordinator,
+                                        version, self.rank)
             if self.logs is not None:
                 self.logs.log_metrics({"step": step, "time/in_trainer_influence_sec": seconds})
 
