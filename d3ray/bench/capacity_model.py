@@ -7,7 +7,6 @@ machine, projected for GPUs, or measured on a GPU by ``bench/gpu_check.sh``). Co
 batch, T tokens per sequence, L batches per chunk, s = sample_fraction, n = max(1, round(s·B)) scored
 sequences per batch (``d3ray.influence.worker.sample_rows``), W trainer ranks, G influence actors, S
 sketched statistics, k sketch size, σ SJLT nonzeros per coordinate, bw_mem the device's memory bandwidth
-for elementwise work.
 for elementwise work. The two placements build on these terms: :mod:`d3ray.bench.capacity_snapshot`
 (influence actors with a full replica each, the default) and :mod:`d3ray.bench.capacity_in_trainer`
 (the trainer ranks score on their ZeRO-3 shards). Both target wait / t_chunk ≤ 2% (issue 15).
