@@ -288,7 +288,6 @@ def allreduce_sec(num_bytes: float, ranks: int, dev: DeviceConstants) -> float:
     return 2.0 * (ranks - 1) / ranks * num_bytes / bw + 2 * math.ceil(math.log2(ranks)) * dev.collective_latency_sec
 
 
-
 def work_vectors(load: InfluenceLoad) -> int:
     """Full-dimension fp32 vectors ``sketch_chunk`` holds beside the gradient when sketching: the
     statistics other than g (S − 1), their stacked copy (S), and with the control variate the reference's

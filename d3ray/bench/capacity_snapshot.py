@@ -128,7 +128,6 @@ def snapshot_wait_sec(arch: Architecture, load: InfluenceLoad, dev: DeviceConsta
     return snapshot_publish_sec(arch, load, dev, ranks) + late
 
 
-
 def actor_memory_floor(arch: Architecture, load: InfluenceLoad) -> Memory:
     """Least memory of a full-replica actor: 16-bit weights, fp32 gradient, 16-bit activations of one
     micro-batch with flash attention; drift: fp32 w (built from 16-bit m, v one tensor at a time);

@@ -192,7 +192,6 @@ def bench_weights(model: str, cfg_dict: dict, snap, corpus, args, with_cost: boo
     return records
 
 
-
 def print_table(records: list[dict[str, Any]], L: int) -> None:
     """One markdown row per record (the README table); medians over the chunks."""
     fmt = lambda v, p=2: "-" if v is None else f"{v:.{p}f}"  # noqa: E731

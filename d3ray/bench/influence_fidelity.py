@@ -75,7 +75,6 @@ def full_dimension_S(stats: list, params: dict, config, optimizer) -> np.ndarray
     return S
 
 
-
 def score_variants(model, cfg_dict, snap, parts, chunks, S_ref, base, todo, args) -> list[dict[str, Any]]:
     """Records of each (variant, preconditioner) in ``todo`` at ``base``'s fraction/filter: fidelity of its S
     against the reference look-ahead ``S_ref`` and against its own full-dimension S, per chunk (chunk 0 only

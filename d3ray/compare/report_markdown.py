@@ -20,7 +20,6 @@ PHRASES = {BETTER: "beat {base} beyond seed noise", WORSE: "was worse than {base
            TIE: "did not differ from {base} beyond seed noise", FEW: "cannot be judged against {base} (fewer than 2 paired seeds)"}
 
 
-
 def _fmt(x: float | None, digits: int = 4) -> str:
     if x is None or not math.isfinite(x):
         return "n/a"

@@ -29,7 +29,6 @@ class TrialPlan:
     metric: str
 
 
-
 def _finite_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
     """Drop non-finite numbers (NaN/inf must never reach Tune's scheduler or Train's scoring)."""
     out = {}
