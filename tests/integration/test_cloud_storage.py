@@ -79,9 +79,12 @@ def test_cloud_storage_s3_data_and_checkpoints_kill_resume_trains_each_sample_on
         f"--train.steps={STEPS}", "--train.global_batch_size=8", "--train.micro_batch_size=8",
         "--train.num_workers=1", "--train.warmup_steps=2", "--train.eval_every=0", "--train.log_every=4",
         "--train.checkpoint_every_chunks=1", "--schedule.type=random", "--schedule.L=8",
-        # the controller collects a report (and so registers its checkpoint) at its next poll: poll often,
-        # so that the kill 7 steps after the checkpoint comes well after it is registered
-        "--ray.health_check_interval_s=0.05",
+        # the controller collects a report (and so registers its checkpoint) at its next poll: poll often, and
+        # upload synchronously (the step waits for the upload), so that the kill 7 steps after the checkpoint
+        # comes well after it is registered; with the async default a loaded box can kill the trainer while the
+        # upload is still on its way, and the resume then rightly starts from scratch (async kill-and-resume:
+        # tests/integration/test_finetune.py)
+        "--ray.health_check_interval_s=0.05", "--train.checkpoint_upload=sync",
         "--eval.max_sequences_per_domain=2",
     ]
     cfg = load_config(RunConfig, None, [*args, "--train.max_failures=0"])
