@@ -10,7 +10,9 @@ no device is needed) places what d3ray asks for where it should.
   with ``num_gpus=0``; ``actor_threads()`` equals the CPUs they reserved;
 - sweep accounting (d3ray/tune/trial_resources.py): ``concurrent_trials`` against the cluster's
   ``ray.cluster_resources()`` equals the number of trials whose trainer ranks and scheduler actors
-  Ray actually places at once (placement groups of each trial's bundles; one more stays pending).
+  Ray actually places at once (placement groups of each trial's bundles; one more stays pending);
+- the preflight (``check_cluster``, d3ray/train/preflight.py) reads the alive nodes' GPUs and refuses, in one
+  line, a run that asks for more.
 
 The cluster runs in a subprocess (this file run as a script): the test session shares one local Ray
 instance (``ray_cluster`` in tests/conftest.py) and ``num_gpus`` needs a fresh one. The script prints one
@@ -193,10 +195,31 @@ def probe() -> dict:
             out.setdefault("sweep", {})[name] = {"derived": derived, "per_trial": per_trial,
                                                  "placed": placed_trials(cfg, 0.01, derived + 1)}
         _log(started, "sweep placements done")
+        out["preflight"] = preflight_answers()
     finally:
         ray.shutdown()
         _log(started, "ray down")
     return out
+
+
+def preflight_answers() -> dict:
+    """``check_cluster`` against the alive nodes' 8 GPUs: 9 ranks of 1 GPU (refused in one line on a fixed
+    cluster, a warning on one that can grow) and 8 ranks of 0.75 with a D3 influence actor of 0.25 (fits)."""
+    from d3ray.errors import UserError
+    from d3ray.train.preflight import check_cluster
+
+    nine = config("--train.num_workers=9", "--train.global_batch_size=9", "--train.micro_batch_size=1",
+                  "--train.gpus_per_worker=1")
+    answers: dict = {}
+    try:
+        check_cluster(nine, fixed=True)
+    except UserError as err:
+        answers["nine_fixed"] = str(err)
+    check_cluster(nine, fixed=False)
+    check_cluster(config("--train.num_workers=8", "--train.micro_batch_size=1", "--train.gpus_per_worker=0.75",
+                         "--schedule.type=d3", "--schedule.influence_num_gpus=0.25"), fixed=True)
+    answers["fits"] = True
+    return answers
 
 
 @pytest.fixture(scope="module")
@@ -246,6 +269,13 @@ def test_scoring_actors_follow_their_gpu_share(placement):
     (cpu,) = placement["curriculum_cpu"]["scorer"]
     assert not cpu["resources"].get("GPU") and cpu["device_if_cuda"] == "cpu"
     assert cpu["threads"] == cpu["torch_threads"] == 2
+
+
+def test_preflight_refuses_more_gpus_than_the_cluster_has_in_one_line_and_fits_what_it_places(placement):
+    refused = placement["preflight"]["nine_fixed"]
+    assert refused.startswith("the run asks 9 GPUs (train.num_workers=9 x train.gpus_per_worker=1)"), refused
+    assert "cluster has 8" in refused and "\n" not in refused
+    assert placement["preflight"]["fits"]  # 8 ranks of 0.75 + an actor of 0.25 on 8 GPUs, each rank on its own
 
 
 @pytest.mark.parametrize("case, expected", [("2x1gpu", 4),  # 8 GPUs // 2 per trial
