@@ -133,45 +133,6 @@ class TrainerRequests:
 
 
 @dataclass(frozen=True)
-class Needs:
-    """What a scheduler needs from the trainers."""
-
-    weights: bool = False
-    """A snapshot of the trainers' weights (version ``chunk_id - staleness``) at submit."""
-    feedback: bool = False
-    """The per-sample training losses of every trained chunk, through ``observe``."""
-    optimizer_state: bool = False
-    """The AdamW state with every weights snapshot (optimizer-aware influence, ``preconditioner: adam``)."""
-    mixture: bool = False
-    """The scheduler decides the domain mixture of each chunk (``mixture(chunk_id)``): the stream draws
-    every chunk by domain (d3ray/data/README.md, "mixed")."""
-    sketches: bool = False
-    """The trainers sketch each chunk themselves at weights version ``chunk_id - staleness`` (in-trainer,
-    sharded influence: ``d3ray.train.sharded_influence``) and the scheduler gets the chunk's S at submit."""
-    snapshot_dtype: str = "float32"
-    """The dtype the weights snapshot (and optimizer state) travels in (``SNAPSHOT_DTYPES``):
-    ``bfloat16`` halves the bytes, for a reader that accepts 16-bit torch tensors (d3's influence
-    actors); ``float32`` numpy arrays otherwise (every reader accepts them)."""
-
-    def __post_init__(self) -> None:
-        if self.snapshot_dtype not in SNAPSHOT_DTYPES:
-            raise ValueError(f"Needs.snapshot_dtype must be one of {list(SNAPSHOT_DTYPES)}, got {self.snapshot_dtype!r}")
-
-    def __or__(self, other: Needs) -> Needs:
-        return Needs(weights=self.weights or other.weights, feedback=self.feedback or other.feedback,
-                     optimizer_state=self.optimizer_state or other.optimizer_state,
-                     mixture=self.mixture or other.mixture, sketches=self.sketches or other.sketches,
-                     snapshot_dtype=_shared_snapshot_dtype(self, other))
-
-
-def _shared_snapshot_dtype(a: Needs, b: Needs) -> str:
-    """One snapshot serves both schedulers (a staged one and its order): 16 bits only if every one of
-    them that reads the weights accepts 16 bits, else float32 (which every reader accepts)."""
-    readers = [n.snapshot_dtype for n in (a, b) if n.weights]
-    return "bfloat16" if readers and all(d == "bfloat16" for d in readers) else "float32"
-
-
-@dataclass(frozen=True)
 class ActorRequest:
     """Ray actors a scheduler starts: ``count`` actors of ``role``, each holding ``resources``."""
 

@@ -117,8 +117,8 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
         with stderr_to_file(run_dir / "logs" / "driver.log"):
             coordinator = ray.remote(ScheduleCoordinator).options(
                 num_cpus=0, max_concurrency=32, max_restarts=2, max_task_retries=2, scheduling_strategy=here,
-            ).remote(make_stream, scheduler, _needs_bridge(requests, schedule.draws_mixture), schedule.prefetch_chunks,
-                     schedule.staleness, schedule.deadline_s, str(run_dir))
+            ).remote(make_stream, scheduler, requests, schedule.prefetch_chunks, schedule.staleness, schedule.deadline_s,
+                     str(run_dir), draws_mixture=schedule.draws_mixture)
         # Every version of the weights, 0 included, comes from the trainers (d3ray/train/trainer_side.py).
         spec = WorkerSpec(cfg=cfg, model_config=model_config, coordinator=coordinator, eval_sets=eval_ref,
                           tokenizer_dir=str(prepared.tokenizer_dir), requests=requests,
@@ -222,15 +222,6 @@ def schedule_summary(run_dir: Path) -> dict[str, Any]:
     if skipped:
         out["schedule/skipped_samples"] = skipped
     return out
-
-
-def _needs_bridge(requests: Any, draws_mixture: bool) -> Any:
-    from d3ray.schedule.scheduler import Needs
-
-    snap = requests.snapshot
-    return Needs(weights=snap is not None, feedback=requests.feedback is not None,
-                 optimizer_state=snap is not None and snap.optimizer_state, mixture=draws_mixture,
-                 sketches=requests.sketch is not None, snapshot_dtype=snap.dtype if snap else "float32")
 
 
 def write_placement(run_dir: Path, coordinator: Any, scheduler: Any) -> None:

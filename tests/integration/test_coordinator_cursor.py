@@ -5,7 +5,7 @@ import pytest
 
 from d3ray.schedule.coordinator import ScheduleCoordinator
 from d3ray.schedule.order.basic import SequentialScheduler
-from d3ray.schedule.scheduler import Needs
+from d3ray.schedule.scheduler import TrainerRequests
 from tests.conftest import start_local_ray
 from tests.fakes import make_list_chunk_stream as make_stream
 
@@ -16,14 +16,14 @@ def test_coordinator_resumes_from_checkpointed_cursor_without_rereading():
     ray = start_local_ray()
     expected = [c for c, _ in zip(make_stream(None), range(10), strict=False)]
     coordinator = ray.remote(ScheduleCoordinator).options(max_concurrency=4)
-    first = coordinator.remote(make_stream, SequentialScheduler(), Needs(), 1)
+    first = coordinator.remote(make_stream, SequentialScheduler(), TrainerRequests(), 1)
     resumed = None
     try:
         for chunk_id in range(6):
             ray.get(first.get_chunk.remote(chunk_id))
         saved = ray.get(first.checkpoint_state.remote(6))  # a checkpoint after chunk 5 (in epoch 1)
         assert saved["data_cursor"]["chunk_id"] == 6 and saved["data_cursor"]["cursor"]["chunk_id"] == 6
-        resumed = coordinator.remote(make_stream, SequentialScheduler(), Needs(), 1)
+        resumed = coordinator.remote(make_stream, SequentialScheduler(), TrainerRequests(), 1)
         ray.get(resumed.restore.remote(saved))
         for chunk_id in (6, 7):  # the trainers resumed from that checkpoint
             got = ray.get(resumed.get_chunk.remote(chunk_id))
@@ -51,7 +51,7 @@ def test_coordinator_seeks_back_to_a_released_chunk_from_the_newest_cursor_befor
         return tuple(b.sample_ids for b in expected[chunk_id].batches)
 
     coordinator = ray.remote(ScheduleCoordinator).options(max_concurrency=4).remote(
-        make_stream, SequentialScheduler(), Needs(), 1)
+        make_stream, SequentialScheduler(), TrainerRequests(), 1)
     try:
         for chunk_id in range(6):
             ray.get(coordinator.get_chunk.remote(chunk_id))

@@ -247,8 +247,9 @@ def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_
     model = build_model(model_config, model_cfg)
     base = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
     params = [n for n, _ in model.named_parameters()]
-    needs = cfg.needs()
-    snapshot = partial(snapshot_of_version, base, params, optimizer=needs.optimizer_state)
+    requests = cfg.trainer_requests()
+    snapshot = partial(snapshot_of_version, base, params,
+                       optimizer=requests.snapshot is not None and requests.snapshot.optimizer_state)
     held_out = (sft_targets(tmp_path, str(tokenizer)) if name in SFT_TARGETS  # selectors' targets
                 else load_eval_sequences([str(data_dir / "validation")], data, str(tokenizer), 4))
     ctx = BuildContext(seed=5, model_config=model_config, model=model_cfg, run_name=f"c-{name}", run_dir=str(tmp_path),
@@ -257,21 +258,22 @@ def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_
 
     def coordinator_of(scheduler):
         return ray.remote(ScheduleCoordinator).options(max_concurrency=16).remote(
-            make_stream, scheduler, needs, cfg.prefetch_chunks, cfg.staleness, cfg.deadline_s)
+            make_stream, scheduler, requests, cfg.prefetch_chunks, cfg.staleness, cfg.deadline_s,
+            draws_mixture=cfg.draws_mixture)
 
     def drive(coordinator, first: int, last: int, checkpoint_at: int | None = None):
         """Act as the trainers for chunks first..last-1; returns the decisions (and a checkpoint)."""
         decisions, state = {}, None
         drawn = {}
-        if needs.weights:
+        if requests.snapshot is not None:
             ray.get(coordinator.publish_weights.remote(first, [ray.put(p) for p in snapshot(first)]))
         for c in range(first, last):
             chunk = ray.get(coordinator.get_chunk.remote(c), timeout=300)
             decisions[c] = chunk.decision.to_state()
             drawn[c] = (chunk.mixture, chunk.sample_ids)
-            if needs.feedback:
+            if requests.feedback is not None:
                 coordinator.feedback.remote(feedback_of(chunk))
-            if needs.weights:
+            if requests.snapshot is not None:
                 ray.get(coordinator.publish_weights.remote(c + 1, [ray.put(p) for p in snapshot(c + 1)]))
             if c + 1 == checkpoint_at:
                 ray.get(coordinator.get_chunk.remote(c + 1), timeout=300)  # as the trainers await it
@@ -378,22 +380,24 @@ def test_scheduler_contract_every_scheduler_decides_sft_chunks_with_the_task_as_
     model_config = model_config_dict(model_cfg, prepared.vocab_size, SFT_T, prepared.eos_id)
     torch.manual_seed(0)
     model = build_model(model_config, model_cfg)
-    needs = cfg.needs()
+    requests = cfg.trainer_requests()
     snapshot = partial(snapshot_of_version, {k: v.detach().float().numpy() for k, v in model.state_dict().items()},
-                       [n for n, _ in model.named_parameters()], optimizer=needs.optimizer_state)
+                       [n for n, _ in model.named_parameters()],
+                       optimizer=requests.snapshot is not None and requests.snapshot.optimizer_state)
     scheduler = cfg.build(BuildContext(
         seed=5, model_config=model_config, model=model_cfg, run_name=f"sft-{name}", run_dir=str(tmp_path),
         batch_size=B, total_chunks=SFT_CHUNKS, tokenizer_dir=str(prepared.tokenizer_dir),
         eval_sets=[ray.put(eval_sets)], domains=mix_domains))
     coordinator = ray.remote(ScheduleCoordinator).options(max_concurrency=16).remote(
-        make_stream, scheduler, needs, cfg.prefetch_chunks, cfg.staleness, cfg.deadline_s)
+        make_stream, scheduler, requests, cfg.prefetch_chunks, cfg.staleness, cfg.deadline_s,
+        draws_mixture=cfg.draws_mixture)
     mixtures: dict[int, dict[str, float]] = {}  # the mixer's, as each chunk carries it
     # The same chunks, read independently of the coordinator (a mixer's: drawn with the mixtures it logged)
     produced = make_stream(mixture_for_chunk=mixtures.__getitem__) if mixes(name) else make_stream()
     candidate_chunks = iter(produced)
     drawn: list[str] = []
     try:
-        if needs.weights:
+        if requests.snapshot is not None:
             ray.get(coordinator.publish_weights.remote(0, [ray.put(p) for p in snapshot(0)]))
         for c in range(SFT_CHUNKS):
             chunk = ray.get(coordinator.get_chunk.remote(c), timeout=300)
@@ -415,9 +419,9 @@ def test_scheduler_contract_every_scheduler_decides_sft_chunks_with_the_task_as_
             assert [d for ds in chunk.domains for d in ds] == [by_id[s] for s in trained], "the task is the domain"
             assert set(by_id.values()) <= (set(SFT_MIX_DOMAINS) if mixes(name) else SKILLS)
             drawn += sorted(by_id)
-            if needs.feedback:
+            if requests.feedback is not None:
                 coordinator.feedback.remote(feedback_of(chunk))
-            if needs.weights:
+            if requests.snapshot is not None:
                 ray.get(coordinator.publish_weights.remote(c + 1, [ray.put(p) for p in snapshot(c + 1)]))
     finally:
         produced.close()

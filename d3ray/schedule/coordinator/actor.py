@@ -22,7 +22,7 @@ chunk, the scheduler's state after the feedback of every trained chunk and the d
 next chunk, so that a resumed run (even with a new coordinator) decides exactly as an uninterrupted
 one and starts reading where it stopped.
 
-A mixer (``needs.mixture``) decides the stream itself: the coordinator builds the stream with
+A mixer (``ScheduleConfig.draws_mixture``) decides the stream itself: the coordinator builds the stream with
 ``make_stream(cursor=..., mixture_for_chunk=...)``, and before chunk c is drawn the callback makes the
 scheduler observe the feedback of every chunk < c − staleness (the rule ``submit`` follows) and returns
 ``scheduler.mixture(c)``; the chunk's mixture travels with it (``DecidedChunk.mixture``, schedule log).
@@ -43,7 +43,7 @@ from d3ray.errors import UserError
 from d3ray.schedule.coordinator.decide import CoordinatorState, DecidedChunk, serve_chunk
 from d3ray.schedule.coordinator.mailbox import Mailbox
 from d3ray.schedule.coordinator.producer import ChunkProducer, Slot, SubmitInputs
-from d3ray.schedule.scheduler import ChunkDecision, ChunkFeedback, Needs, Scheduler
+from d3ray.schedule.scheduler import ChunkDecision, ChunkFeedback, Scheduler, TrainerRequests
 
 
 class ScheduleCoordinator:
@@ -52,31 +52,34 @@ class ScheduleCoordinator:
     Args:
         make_stream: ``make_stream(cursor=...)`` gives a fresh, deterministic :class:`ChunkStream` that
             starts at ``cursor`` (a ``Chunk.cursor``), or at chunk 0 when it is None; for a mixer
-            (``needs.mixture``) it is called with ``mixture_for_chunk=`` too (the stream draws by domain).
+            (``draws_mixture``) it is called with ``mixture_for_chunk=`` too (the stream draws by domain).
         scheduler: decides each chunk.
-        needs: what the scheduler needs (its config's ``needs()``), read once into ``SubmitInputs``.
+        requests: what the scheduler asks of the trainers (its config's ``trainer_requests()``): what to
+            wait for before a decision, read once into ``SubmitInputs``.
         prefetch_chunks: chunks produced ahead of the highest requested chunk id.
         staleness: chunk c uses weights version c − staleness and the feedback of chunks < c − staleness.
         deadline_s: how long ``get_chunk`` waits for a decision before using the fallback.
         run_dir: the run directory (this actor logs to ``<run_dir>/logs/coordinator.log``).
+        draws_mixture: the scheduler is a mixer (its config's ``draws_mixture``): the stream draws by domain.
     """
 
     def __init__(
         self,
         make_stream: Callable[..., ChunkStream],
         scheduler: Scheduler,
-        needs: Needs,
+        requests: TrainerRequests,
         prefetch_chunks: int = 2,
         staleness: int = 1,
         deadline_s: float | None = None,
         run_dir: str | None = None,
+        draws_mixture: bool = False,
     ) -> None:
         if run_dir is not None:
             from d3ray.run_files import route_logs_to_run_dir
 
             route_logs_to_run_dir(run_dir, "coordinator")
         self._scheduler = scheduler
-        self._inputs = SubmitInputs.of(needs)
+        self._inputs = SubmitInputs.of(requests, draws_mixture)
         self._staleness = staleness
         self._deadline_s = deadline_s
         self._cond = threading.Condition()
@@ -119,7 +122,7 @@ class ScheduleCoordinator:
 
     def sketch_request(self, chunk_id: int) -> tuple[tuple, list[int]] | None:
         """The batches (refs, global batch ids) of chunk ``chunk_id`` for the trainers to sketch
-        (``needs.sketches``); waits until the chunk is produced. None when it needs no sketches any
+        (a ``SketchRequest``); waits until the chunk is produced. None when it needs no sketches any
         more: decided (e.g. restored from a checkpoint) or already sketched (trainers that rolled back)."""
         with self._cond:
             self._producer.want(chunk_id)

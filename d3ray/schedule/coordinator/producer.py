@@ -2,7 +2,7 @@
 
     make_stream(cursor=...) ──► ChunkStream ──next──► Chunk c
         │ each batch ray.put once; only references travel from here on
-        │ SubmitInputs (what the scheduler waits for, read once from its ``Needs``):
+        │ SubmitInputs (what the scheduler waits for, read once from its ``TrainerRequests``):
         │   feedback: observe() the feedback of every chunk < c − staleness first   (mailbox)
         │   weights:  the snapshot of version c − staleness                          (mailbox)
         │   sketches: offer chunk c to the trainers, wait for their sketch (S)      (mailbox)
@@ -33,14 +33,15 @@ from d3ray.data.chunker import Chunk, ChunkStream
 from d3ray.errors import UserError
 from d3ray.schedule.coordinator.decide import CoordinatorState, DecidedChunk
 from d3ray.schedule.coordinator.mailbox import Mailbox
-from d3ray.schedule.scheduler import Needs, PendingDecision, Scheduler, SubmitContext
+from d3ray.schedule.scheduler import PendingDecision, Scheduler, SubmitContext, TrainerRequests
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class SubmitInputs:
-    """What the producer gathers before it submits a chunk: the coordinator's only reads of ``Needs``."""
+    """What the producer gathers before it submits a chunk: the coordinator's only reads of the scheduler's
+    ``TrainerRequests`` and of ``ScheduleConfig.draws_mixture``."""
 
     feedback: bool = False
     """Observe the feedback of every chunk < c − staleness before chunk c (and before its mixture)."""
@@ -52,8 +53,9 @@ class SubmitInputs:
     """The stream draws chunk c by domain with ``scheduler.mixture(c)``."""
 
     @classmethod
-    def of(cls, needs: Needs) -> SubmitInputs:
-        return cls(feedback=needs.feedback, weights=needs.weights, sketches=needs.sketches, mixture=needs.mixture)
+    def of(cls, requests: TrainerRequests, draws_mixture: bool = False) -> SubmitInputs:
+        return cls(feedback=requests.feedback is not None, weights=requests.snapshot is not None,
+                   sketches=requests.sketch is not None, mixture=draws_mixture)
 
 
 @dataclass
@@ -109,6 +111,7 @@ class ChunkProducer:
         self.next_id = 0
         self._wanted = prefetch_chunks - 1  # start streaming at once, while the trainers start up
         self._seek_to: int | None = None
+        self._trainers_asked = False  # the weights deadline runs only once the trainers wait (they publish version 0)
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="chunk-producer", daemon=True)
 
@@ -120,6 +123,7 @@ class ChunkProducer:
         """A trainer needs ``chunk_id``: seek back if it was released, and produce up to ``prefetch`` past it."""
         if chunk_id < self.next_id and chunk_id not in self.slots:
             self._seek_to = chunk_id if self._seek_to is None else min(self._seek_to, chunk_id)
+        self._trainers_asked = True
         self.want(chunk_id + self._prefetch)
 
     def want(self, chunk_id: int) -> None:
@@ -236,8 +240,10 @@ class ChunkProducer:
         if self._inputs.feedback:
             self._observe_before(c)
         if self._inputs.weights:
-            version, weights = self._mailbox.wait_for_weights(c - self._staleness, self._deadline_s,
-                                                              self.interrupt_for_seek)
+            # Before the trainers ask for a chunk they are starting up, and publish version 0 before they ask:
+            # no deadline for a wait that began then (a slow start-up is no missed snapshot).
+            deadline = self._deadline_s if self._trainers_asked else None
+            version, weights = self._mailbox.wait_for_weights(c - self._staleness, deadline, self.interrupt_for_seek)
             return version, SubmitContext(weights=weights, weights_version=version)
         if self._inputs.sketches:
             self._mailbox.offer_for_sketching(c, refs, list(chunk.batch_ids))
