@@ -149,9 +149,8 @@ def build_model(config_dict: dict[str, Any], cfg: ModelConfig, deepspeed_config:
     hf_config = transformers.AutoConfig.for_model(**config_dict)
     zero3 = deepspeed_config is not None and deepspeed_config.get("zero_optimization", {}).get("stage") == 3
     if zero3 and not dist.is_initialized():
-        # Outside the trainers (the driver's version-0 snapshot): the values a ZeRO-3 build gives, whole.
-        model = _zero3_values_unpartitioned(hf_config, cfg)
-        return apply_lora_if_set(model, cfg)
+        raise RuntimeError("build_model under ZeRO-3 builds the model partitioned: it needs the trainers' "
+                           "torch.distributed process group (deepspeed.init_distributed) first")
     if zero3:
         from transformers.integrations import HfDeepSpeedConfig
 
@@ -199,23 +198,4 @@ def apply_lora_if_set(model: Any, cfg: ModelConfig) -> Any:
         from d3ray.lora import apply_lora
 
         model = apply_lora(model, cfg.lora)
-    return model
-
-
-def _zero3_values_unpartitioned(hf_config: Any, cfg: ModelConfig) -> Any:
-    """The model a ZeRO-3 build makes, unpartitioned, from the same torch seed: transformers' ZeRO-3
-    path skips the modules' construction-time init (``no_init_weights``) and then runs the model's own
-    ``_init_weights`` module by module on rank 0, so its random values differ from a plain
-    ``from_config`` (whose construction-time init draws from the generator first). Same here, in one
-    process."""
-    import transformers
-    from transformers.initialization import no_init_weights
-
-    if cfg.pretrained_path is not None:
-        return transformers.AutoModelForCausalLM.from_pretrained(
-            cfg.pretrained_path, config=hf_config, local_files_only=True, attn_implementation=cfg.attn_implementation)
-    with no_init_weights():
-        model = transformers.AutoModelForCausalLM.from_config(hf_config, attn_implementation=cfg.attn_implementation)
-    model.initialize_weights()
-    model.tie_weights()
     return model

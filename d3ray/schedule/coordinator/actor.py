@@ -207,9 +207,8 @@ class ScheduleCoordinator:
             if stream.stats.domain_draws:
                 out["domain_draws"] = dict(stream.stats.domain_draws)
                 out["domain_epochs"] = dict(stream.stats.domain_epochs)
-            ledger = getattr(stream, "ledger", None)
-            if ledger is not None:
-                out["data_quality"] = {**ledger.to_dict(), "bad_by_reason": ledger.bad_by_reason()}
+            ledger = stream.ledger
+            out["data_quality"] = {**ledger.to_dict(), "bad_by_reason": ledger.bad_by_reason()}
         return out
 
     # ---- deciding -------------------------------------------------------------------------
