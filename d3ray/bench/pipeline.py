@@ -118,6 +118,11 @@ def _summarise(run_dir: Path, final: dict[str, Any], L: int) -> dict[str, Any]:
     out["steady_tokens_per_sec"] = out["tokens"] / max(train_s - first_wait, 1e-9)
     scoring = [r["time/in_trainer_influence_sec"] for r in read_jsonl(run_dir / "metrics.jsonl")
                if r.get("time/in_trainer_influence_sec") is not None]
+    publish = [r["time/snapshot_sec"] for r in read_jsonl(run_dir / "metrics.jsonl")
+               if r.get("time/snapshot_sec") is not None]
+    if publish:  # the trainers' time publishing weight snapshots at chunk boundaries (not wait, not steps)
+        out["snapshot_sec"] = float(sum(publish))
+        out["snapshot_fraction"] = float(sum(publish) / train_s)
     if scoring:  # influence_placement in_trainer: trainer time spent sketching (not wait)
         out["in_trainer_influence_sec"] = float(sum(scoring))
         out["in_trainer_influence_fraction"] = float(sum(scoring) / train_s)
@@ -297,6 +302,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"influence {mine['influence_sec_per_chunk']} s/chunk, solver {mine['solver_sec_per_chunk']} s/chunk, "
               f"S-cost reduction {mine['mean_cost_reduction']}")
     if "snapshot_bytes_per_chunk" in mine:
-        print(f"weights snapshot {mine['snapshot_bytes_per_chunk'] / 2**20:.3f} MiB per chunk ({mine['snapshot_dtype']})")
+        published = (f", publishing it {mine['snapshot_fraction']:.1%} of training time (trainer time, not wait)"
+                     if "snapshot_fraction" in mine else "")
+        print(f"weights snapshot {mine['snapshot_bytes_per_chunk'] / 2**20:.3f} MiB per chunk ({mine['snapshot_dtype']})"
+              f"{published}")
     print(f"wrote {args.out}")
     return 0

@@ -137,7 +137,8 @@ class TrainerSide:
 
     def start(self, version: int, step: int, logs: Any = None) -> None:
         """Before the first chunk this process trains: what the first chunks need, at ``version`` (0 on a
-        fresh run). ``logs``: rank 0's ``RunLogs`` (the sketching time goes there), else None."""
+        fresh run). ``logs``: rank 0's ``RunLogs`` (the snapshot's and the sketching's seconds go there:
+        ``time/snapshot_sec``, ``time/in_trainer_influence_sec``), else None."""
         self.logs = logs
         self._prepare(version, step)
 
@@ -151,8 +152,11 @@ class TrainerSide:
 
     def _prepare(self, version: int, step: int) -> None:
         if self.requests.snapshot is not None:
+            start = time.perf_counter()
             publish_snapshot(self.engine, self.zero_stage, self.rank, self.coordinator, version,
                              self.requests.snapshot)
+            if self.logs is not None:  # what the snapshot costs the trainers, beside their steps
+                self.logs.log_metrics({"step": step, "time/snapshot_sec": time.perf_counter() - start})
         if self.scorer is not None:
             sketch = self.requests.sketch
             seconds = sketch_due_chunks(self.scorer, sketch, total_chunks(self.steps, sketch.L), self.coordinator,
