@@ -180,14 +180,6 @@ def bootstrap_interval(diffs: Sequence[float], confidence: float = 0.95, resampl
     return float(np.quantile(means, alpha)), float(np.quantile(means, 1.0 - alpha))
 
 
-def mean_of_independent_se(ses: Sequence[float]) -> float:
-    """Standard error of the mean of independent estimates with standard errors ``ses``: √Σse² / n."""
-    values = [s for s in ses if _finite(s)]
-    if not values or len(values) != len(ses):
-        return float("nan")
-    return math.sqrt(sum(s * s for s in values)) / len(values)
-
-
 def lower_is_better(metric: str) -> bool:
     """Losses, perplexities and compute: lower is better; accuracies and exact match: higher."""
     last = metric.rsplit("/", 1)[-1]

@@ -264,8 +264,3 @@ def write_sft_suite(
     }
     write_generated_file(out / "manifest.json", (json.dumps(manifest, indent=2) + "\n").encode())
     return out
-
-
-def suite_texts(records: list[SkillRecord]) -> list[str]:
-    """Prompt and response texts, for training a tokenizer that has seen every digit and symbol."""
-    return [text for r in records for text in (r.prompt, r.response)]

@@ -92,7 +92,7 @@ def test_example_seeds_depend_on_seed_version_set_and_example() -> None:
 def suite_setup(tmp_path_factory):
     from d3ray.data.config import TokenizerConfig
     from d3ray.data.sft import SftDataConfig
-    from d3ray.data.skills import generate_suite, suite_texts, write_sft_suite
+    from d3ray.data.skills import generate_suite, write_sft_suite
     from d3ray.data.tokenizer import load_tokenizer, train_tokenizer_from_texts
     from d3ray.model import ModelConfig, build_model, model_config_dict
     from d3ray.schedule.scoring import ScoringWorker
@@ -100,7 +100,7 @@ def suite_setup(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("nice")
     suite = write_sft_suite(root / "suite", seed=2, train_per_skill=14, test_per_skill=7)
-    texts = suite_texts(generate_suite(2, 14, 7)["train"])
+    texts = [t for r in generate_suite(2, 14, 7)["train"] for t in (r.prompt, r.response)]  # every digit and symbol
     tok_dir = train_tokenizer_from_texts(texts, TokenizerConfig(vocab_size=300, split_digits=True), root / "tok")
     tokenizer = load_tokenizer(tok_dir)
     sets = sft_eval_sets(SftDataConfig(paths=[str(suite / "train")], seq_len=T), [str(suite / "test")], tok_dir, 4)
