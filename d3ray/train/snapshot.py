@@ -45,6 +45,10 @@ __all__ = [
 
 Shipped = np.ndarray | torch.Tensor
 
+#: Elements of each of m and v per all-reduce when the ZeRO-1/2 optimizer state is assembled (16M: a
+#: 128 MiB float32 buffer for the two).
+STATE_BUCKET_NUMEL = 1 << 24
+
 
 def ship_tensor(x: torch.Tensor | np.ndarray, dtype: str) -> Shipped:
     """A CPU copy of ``x`` in the snapshot ``dtype``: float32 numpy, or a bfloat16 torch tensor.
@@ -177,18 +181,82 @@ def _unpartitioned_state(base: Any, masters: dict[int, tuple[torch.Tensor, int]]
     return tuple(state[key].reshape(-1)[offset:offset + n].view(p.shape) for key in ("exp_avg", "exp_avg_sq"))
 
 
+def _parameter_state(base: Any, masters: dict[int, tuple[torch.Tensor, int]], zero_stage: int, p: Any,
+                     name: str) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(m, v) of one parameter: DeepSpeed assembles a partitioned one (an all-reduce per key; a collective),
+    the torch optimizer holds an unpartitioned one (or its fp32 copy)."""
+    from deepspeed.utils import safe_get_full_optimizer_state
+
+    m = v = None
+    if zero_stage > 0 or hasattr(p, "_hp_mapping") or hasattr(p, "ds_id"):
+        m = safe_get_full_optimizer_state(p, "exp_avg")
+        v = safe_get_full_optimizer_state(p, "exp_avg_sq")
+    if m is None and v is None:  # no ZeRO partitioning: the torch optimizer holds the parameter (or its copy)
+        m, v = _unpartitioned_state(base, masters, p, name)
+    return m, v
+
+
+def _flat_partitions(named: list[tuple[str, Any]]) -> bool:
+    """Whether every parameter's optimizer state lies in ZeRO-1/2 (or bf16) flat partitions of one
+    data-parallel group: the case :func:`_assembled_fragments` gathers in buckets."""
+    return bool(named) and all(hasattr(p, "_hp_mapping") and not hasattr(p, "ds_id") for _, p in named) and len(
+        {id(getattr(p, "_dp_group", None)) for _, p in named}) == 1
+
+
+def _assembled_fragments(named: list[tuple[str, Any]], bucket_numel: int = STATE_BUCKET_NUMEL):
+    """(name, parameter, (m, v)) of ZeRO-1/2 parameters, each rank's fragments summed over the ranks with
+    one all-reduce per bucket of parameters (m and v together) instead of DeepSpeed's one per parameter
+    and key (``get_full_hp_param``: 2 x the parameter count of small all-reduces, 10.9% of the training
+    time of ``d3ray bench pipeline`` at 2 ranks over gloo). Each rank writes its fragment at the
+    parameter's ``lp_fragment_address`` in a zero buffer; the fragments are disjoint, so the sum is the
+    same float32 values, bit for bit. A bucket holds at most ``bucket_numel`` elements of each key
+    (a larger parameter is a bucket of its own)."""
+    import deepspeed.comm as dist
+
+    group = named[0][1]._dp_group
+    bucket: list[tuple[str, Any]] = []
+
+    def flush():
+        total = sum(p.numel() for _, p in bucket)
+        buffer = torch.zeros(2 * total, dtype=torch.float32)
+        offset = 0
+        for _, p in bucket:
+            mapping = p._hp_mapping
+            if mapping is not None:
+                address = mapping.lp_fragment_address
+                for k, key in enumerate(("exp_avg", "exp_avg_sq")):
+                    start = k * total + offset + address.start
+                    buffer.narrow(0, start, address.numel).copy_(mapping.get_hp_fragment(key).data.reshape(-1))
+            offset += p.numel()
+        dist.all_reduce(buffer, group=group)
+        offset = 0
+        for name, p in bucket:
+            n = p.numel()
+            yield name, p, (buffer.narrow(0, offset, n).view(p.shape), buffer.narrow(0, total + offset, n).view(p.shape))
+            offset += n
+
+    size = 0
+    for name, p in named:
+        if bucket and size + p.numel() > bucket_numel:
+            yield from flush()
+            bucket, size = [], 0
+        bucket.append((name, p))
+        size += p.numel()
+    if bucket:
+        yield from flush()
+
+
 def snapshot_optimizer_state(engine: Any, zero_stage: int, rank: int, dtype: str) -> AdamWState | None:
     """The AdamW state of a DeepSpeed engine (ZeRO 0-3) by parameter name, m and v in the snapshot
     ``dtype``, on rank 0 (None elsewhere).
 
-    Every rank must call it (ZeRO 1-3 gather each parameter's state with an all-reduce).
+    Every rank must call it (ZeRO 1-3 gather the state with all-reduces: ZeRO-1/2 a bucket of parameters
+    at a time, ZeRO-3 one parameter at a time).
 
     Raises:
         ValueError: the optimizer is not Adam-like (no ``exp_avg_sq``), or the state does not match
             the parameters' names and shapes.
     """
-    from deepspeed.utils import safe_get_full_optimizer_state
-
     base = base_optimizer(engine)
     named = _named_trainable(engine)
     hyper = adamw_hyperparameters(engine)
@@ -205,14 +273,12 @@ def snapshot_optimizer_state(engine: Any, zero_stage: int, rank: int, dtype: str
         link()
     exp_avg, exp_avg_sq = {}, {}
     masters = master_copies(engine.optimizer) if zero_stage == 0 else {}  # bf16 ZeRO-0: keyed by fp32 copies
-    for name, p in named:
-        m = v = None
-        if zero_stage > 0 or hasattr(p, "_hp_mapping") or hasattr(p, "ds_id"):
-            m = safe_get_full_optimizer_state(p, "exp_avg")
-            v = safe_get_full_optimizer_state(p, "exp_avg_sq")
-        if m is None and v is None:  # no ZeRO partitioning: the torch optimizer holds the parameter (or its copy)
-            m, v = _unpartitioned_state(base, masters, p, name)
-        if rank == 0:  # converted one parameter at a time: rank 0 never holds a float32 copy of all of it
+    if _flat_partitions(named):
+        states = _assembled_fragments(named)
+    else:
+        states = ((name, p, _parameter_state(base, masters, zero_stage, p, name)) for name, p in named)
+    for name, p, (m, v) in states:
+        if rank == 0:  # converted a bucket at a time: rank 0 never holds a float32 copy of all of it
             shape = _full_shape(p)
             exp_avg[name] = ship_tensor(torch.zeros(shape) if m is None else m, dtype)
             exp_avg_sq[name] = ship_tensor(torch.zeros(shape) if v is None else v, dtype)
