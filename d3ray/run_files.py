@@ -25,6 +25,14 @@ from typing import Any
 
 from d3ray.errors import UserError
 
+FINAL_METRICS = "final_metrics.json"
+"""What ``run_pretrain`` writes last: a run directory holding it is a finished run."""
+
+
+def is_finished(run_dir: str | Path) -> bool:
+    """A run is finished once its ``final_metrics.json`` exists (``run_pretrain`` writes it last)."""
+    return (Path(run_dir) / FINAL_METRICS).is_file()
+
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """All rows of a JSONL file ([] if absent)."""

@@ -116,11 +116,17 @@ def across_chunks(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def recency_control(entries: dict[tuple[int, int], dict[str, Any]], domain: str | None) -> dict[str, Any]:
+def recency_control(entries: dict[tuple[int, int], dict[str, Any]], domain: str | None,
+                    metric: str = "eval") -> dict[str, Any]:
     """The recency control: per chunk, the control domain's held-out loss of ``recency_last`` and
     ``recency_first`` against the random orders' (z, rank); across chunks the mean z with its 95%
     t-interval and the share of chunks with z <= -2 (last) / >= 2 (first). ``found``: the census sees
-    the planted effect (mean z of recency_last <= -2, its interval below 0)."""
+    the planted effect (mean z of recency_last <= -2, its interval below 0).
+
+    ``metric``: ``eval`` (right after the branched chunk) or ``persist_eval`` (after the shared persist
+    chunks). The horizon matters under AdamW: a batch's gradient reaches the weights through the
+    momentum, a fraction 1 − β1^n of it after n steps (:func:`~d3ray.census.stats.momentum_applied`), so
+    right after the chunk the last batches are the least applied."""
     from d3ray.census.orders import control_domain
 
     chunks: dict[str, Any] = {}
@@ -132,7 +138,9 @@ def recency_control(entries: dict[tuple[int, int], dict[str, Any]], domain: str 
         key = f"{name}/loss"
 
         def loss(result: dict[str, Any], key: str = key) -> float:
-            return float(result["eval"].get(key, float("nan"))) if result.get("status") == "ok" else float("nan")
+            if result.get("status") != "ok" or metric not in result:
+                return float("nan")
+            return float(result[metric].get(key, float("nan")))
 
         random = [loss(r) for n, r in entry["branches"].items() if n.startswith("random_")]
         row: dict[str, Any] = {"domain": name, "random_mean": float(np.nanmean(random)),

@@ -151,6 +151,33 @@ def choose_checkpoints(available: list[int], total_chunks: int, chunks: int, per
     return [fits[i] for i in picks]
 
 
+def check_trunk_checkpoints(cfg: RunConfig, checkpoints: list[int] | None) -> None:
+    """Before ``--config``'s run is trained: it must keep a checkpoint at each requested chunk K (the state
+    before chunk K, written after K chunks) at the end. Checked for checkpoints counted in chunks; by steps
+    or seconds the run's own checkpoints decide, and ``load_run`` checks them after training.
+
+    Raises:
+        ConfigError: a K that is no checkpoint of the run, or older than the ``keep_checkpoints`` it keeps.
+    """
+    from d3ray.config_loading import ConfigError
+    from d3ray.data.chunker import total_chunks
+
+    train = cfg.train
+    if not checkpoints or train.checkpoint_every_steps or train.checkpoint_every_sec:
+        return
+    every, total = train.checkpoint_every_chunks, total_chunks(train.steps, cfg.schedule.L)
+    boundaries = sorted({*range(every, total + 1, every), total})
+    missing = [K for K in checkpoints if K not in boundaries or K >= total]
+    if missing:
+        raise ConfigError(f"census: the run checkpoints every {every} chunks of {total}: no checkpoint before chunk(s) "
+                          f"{missing}; set train.checkpoint_every_chunks or pick --checkpoints among {boundaries[:-1]}")
+    kept = boundaries[-train.keep_checkpoints:]
+    if min(checkpoints) < kept[0]:
+        needed = len([b for b in boundaries if b >= min(checkpoints)])
+        raise ConfigError(f"census: the run keeps its last {train.keep_checkpoints} checkpoints (chunks {kept}), not "
+                          f"the one before chunk {min(checkpoints)}; set train.keep_checkpoints={needed}")
+
+
 def check_inputs(info: RunInfo, options: CensusOptions) -> list[int]:
     """Every check that needs no Ray and no training; the checkpoints to branch from."""
     schedule = info.cfg.schedule

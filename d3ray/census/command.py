@@ -1,6 +1,10 @@
 """``d3ray census RUN_DIR --out DIR``: counterfactual chunks of a finished run (d3ray/census/README.md).
 
     d3ray census runs/tiny --out /tmp/census --checkpoints 4,8 --chunks 2 --random-orders 8
+    d3ray census --config jobs/configs/census_pretrain_tiny.yaml --out /tmp/census --checkpoints 10,20,30
+
+With ``--config`` (a run config, dotted overrides after it) the census trains that run first, unless its
+run directory holds a finished run (a stopped one resumes), then branches it.
 
 Re-running the same command skips the branches already in ``--out`` and rebuilds the report.
 """
@@ -31,7 +35,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "each, the stream order, the run's own order and R seeded random orders; then compare their held-out losses. "
         "Writes <out>/results.md, census.json, one PNG per checkpoint and one JSON per branch (a rerun skips those).",
     )
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (config.yaml, checkpoint_*/, schedule_log.jsonl)")
+    parser.add_argument("run_dir", metavar="RUN_DIR", nargs="?", default=None,
+                        help="a run directory (config.yaml, checkpoint_*/, schedule_log.jsonl); or --config")
+    parser.add_argument("--config", default=None, metavar="FILE",
+                        help="a run config instead of RUN_DIR (dotted overrides follow): its run is trained first "
+                        "unless finished (it needs train.checkpoint_every_chunks and keep_checkpoints for the checkpoints)")
     parser.add_argument("--out", required=True, help="output directory (branch files and the report)")
     parser.add_argument("--checkpoints", type=_chunk_list, default=None,
                         help="checkpoints by chunk (K = the state before chunk K), e.g. 4,8; default: "
@@ -62,7 +70,38 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--cpus-per-worker", type=float, default=1.0, help="Ray CPUs per census actor (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random orders (default 0)")
     parser.add_argument("--report-only", action="store_true", help="train nothing; rebuild the report from --out")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, accepts_overrides=True)
+
+
+def run_dir_of(args: argparse.Namespace) -> Path:
+    """The run to branch: RUN_DIR, or the run of ``--config`` (trained first unless it is finished).
+
+    Raises:
+        UserError: neither or both of RUN_DIR and ``--config``; overrides without ``--config``; a config whose
+            run keeps no checkpoint at a requested chunk (before any training).
+    """
+    from d3ray.errors import UserError
+
+    if (args.run_dir is None) == (args.config is None):
+        raise UserError("census: give a RUN_DIR or --config FILE (a run config whose run is trained first), one of them")
+    if args.config is None:
+        if args.overrides:
+            raise UserError(f"census: dotted overrides {args.overrides} apply to --config's run only")
+        return Path(args.run_dir)
+    from d3ray.census.census import check_trunk_checkpoints
+    from d3ray.config import RunConfig
+    from d3ray.config_loading import load_config
+    from d3ray.run_files import is_finished
+
+    cfg = load_config(RunConfig, args.config, args.overrides)
+    if not is_finished(cfg.run_dir) and not args.report_only:
+        check_trunk_checkpoints(cfg, args.checkpoints)
+        print(f"census: training the run {cfg.run_dir} first ({cfg.train.steps} steps, {cfg.schedule.type_name}; "
+              "a rerun resumes it)", flush=True)
+        from d3ray.train.run import run_pretrain
+
+        run_pretrain(cfg)
+    return cfg.run_dir
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     from d3ray.census.report import write_report
 
     options = CensusOptions(
-        run_dir=Path(args.run_dir), out=Path(args.out), checkpoints=args.checkpoints,
+        run_dir=run_dir_of(args), out=Path(args.out), checkpoints=args.checkpoints,
         num_checkpoints=args.num_checkpoints, warmup_chunks=args.warmup_chunks, chunks=args.chunks,
         random_orders=args.random_orders, all_orders=args.all_orders, lookahead=not args.no_lookahead,
         persist=args.persist, eval_files=list(args.eval), control=args.control,
@@ -86,13 +125,13 @@ def run(args: argparse.Namespace) -> int:
         checkpoints = done["checkpoints"]
         print(f"census: trained {done['trained']} branches in {time.perf_counter() - started:.0f} s", flush=True)
     command = " ".join(shlex.quote(a) for a in ["d3ray", *sys.argv[1:]]) if sys.argv[1:2] == ["census"] else \
-        " ".join(shlex.quote(a) for a in ["d3ray", "census", args.run_dir, "--out", args.out])
+        " ".join(shlex.quote(a) for a in ["d3ray", "census", str(options.run_dir), "--out", args.out])
     setup = {"run_dir": str(options.run_dir), "schedule": info.cfg.schedule.type_name, "L": info.cfg.schedule.L,
              "checkpoints": checkpoints, "chunks": options.chunks, "random_orders": options.random_orders,
              "all_orders": options.all_orders, "lookahead": options.lookahead, "persist": options.persist,
              "eval_files": options.eval_files, "control": options.control, "control_domain": options.control_domain,
              "planted_kind": options.planted_kind if options.control == "planted" else None,
-             "planted_batch": options.planted_batch}
+             "planted_batch": options.planted_batch, "beta1": info.cfg.train.betas[0]}
     report = write_report(options.out, command, setup)
     failed = sum(len(c["eval"]["failed"]) for c in report["chunks"].values())
     print(f"census report: {options.out / 'results.md'}{f' ({failed} failed branches)' if failed else ''}")

@@ -23,6 +23,7 @@ from d3ray.census.analysis import (
     recency_control,
 )
 from d3ray.census.census import mean_loss
+from d3ray.census.stats import momentum_applied
 
 
 def _f(x: Any, digits: int = 4) -> str:
@@ -57,6 +58,8 @@ def write_report(out: Path, command: str, setup: dict[str, Any]) -> dict[str, An
                                                "tensors": r["tensors"]})
     if setup.get("control") == "recency":
         report["control"] = {"recency": recency_control(entries, setup.get("control_domain"))}
+        if setup.get("persist"):
+            report["control"]["recency_persist"] = recency_control(entries, setup.get("control_domain"), "persist_eval")
     if setup.get("control") == "planted":
         report["control"] = {"planted": planted_control(entries, int(setup["L"]))}
     (out / "census.json").write_text(json.dumps(report, indent=1))
@@ -141,32 +144,12 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
                               f"{_f(s['ci_high'], 2)}], {s['n']} chunks), mean Spearman {_f(s['mean_spearman'], 2)}. "
                               "Positive = orders with a lower objective gave a lower loss."]
         lines.append("")
-    control = report.get("control", {}).get("recency")
-    if control:
-        lines += ["## Positive control: recency", "",
-                  "Per chunk the control domain is the one whose count per batch varies most (or `--control-domain`); "
-                  "`recency_last` trains the batches with most of it last, `recency_first` first. Metric: that "
-                  "domain's held-out loss; z against the random orders. The census must find recency_last < random "
-                  "< recency_first, with |z| >= 2.", "",
-                  "| order | mean z | 95% CI | chunks with \\|z\\| >= 2 the right way | chunks |", "|---|---|---|---|---|"]
-        for order in ("recency_last", "recency_first"):
-            if order in control:
-                c = control[order]
-                lines.append(f"| {order} | {_f(c['mean_z'], 2)} | [{_f(c['ci_low'], 2)}, {_f(c['ci_high'], 2)}] | "
-                             f"{c['share_past_2']:.0%} | {c['n']} |")
-        lines += ["", f"**Control {'found' if control['found'] else 'NOT found'}**: "
-                      + ("the census sees a planted order effect of this kind at this point of the run."
-                         if control["found"] else "mean z of recency_last is not <= -2 with its interval below 0: "
-                         "a null result of this census cannot be read as 'no order effect'."), "",
-                  "| checkpoint/chunk | domain | random mean | random sd | last z (rank) | first z (rank) | d3 z |",
-                  "|---|---|---|---|---|---|---|"]
-        for key, r in control["chunks"].items():
-            def zr(order: str, r: dict[str, Any] = r) -> str:
-                return "-" if order not in r else f"{_f(r[order]['z'], 2)} ({r[order]['rank']})"
-
-            lines.append(f"| {key} | {r['domain']} | {_f(r['random_mean'])} | {_f(r['random_sd'], 5)} | "
-                         f"{zr('recency_last')} | {zr('recency_first')} | {_f(r.get('d3', {}).get('z'), 2)} |")
-        lines.append("")
+    persist = int(setup.get("persist") or 0)
+    for key, title, chunks_after in (("recency", "right after the branched chunk", 0),
+                                     ("recency_persist", f"after {persist} more shared chunks", persist)):
+        control = report.get("control", {}).get(key)
+        if control:
+            lines += recency_markdown(control, title, setup, chunks_after)
     planted = report.get("control", {}).get("planted")
     if planted:
         lines += planted_markdown(planted)
@@ -252,5 +235,42 @@ def planted_markdown(control: dict[str, Any]) -> list[str]:
                      f"{_f(r['early_mean'])} | {_f(r['late_mean'])} | {_f(r['late_minus_early'], 5)} | "
                      f"{r['better'] or '-'} | {pos('d3')} | {pos('d3_reverse')} | {z('planted_first')} | "
                      f"{z('planted_last')} |")
+    lines.append("")
+    return lines
+
+
+def recency_markdown(control: dict[str, Any], title: str, setup: dict[str, Any], chunks_after: int) -> list[str]:
+    """The recency control's section read ``chunks_after`` chunks after the branched one
+    (:func:`~d3ray.census.analysis.recency_control`)."""
+    L, beta1 = int(setup["L"]), setup.get("beta1")
+    extra = L * chunks_after
+    lines = [f"## Positive control: recency, {title}", "",
+             "Per chunk the control domain is the one whose count per batch varies most (or `--control-domain`); "
+             "`recency_last` trains the batches with most of it last, `recency_first` first. Metric: that "
+             "domain's held-out loss; z against the random orders. The census must find recency_last < random "
+             "< recency_first, with |z| >= 2.", ""]
+    if beta1 is not None:
+        first, last = (momentum_applied(p, L, float(beta1), extra) for p in (1, L))
+        lines += [f"Under AdamW (β1 = {beta1}) the share of a batch's gradient that has reached the weights at this "
+                  f"horizon is {first:.2f} for the first batch of the chunk and {last:.2f} for the last "
+                  "(`stats.momentum_applied`): where these differ, the read-out favours early batches.", ""]
+    lines += ["| order | mean z | 95% CI | chunks with \\|z\\| >= 2 the right way | chunks |", "|---|---|---|---|---|"]
+    for order in ("recency_last", "recency_first"):
+        if order in control:
+            c = control[order]
+            lines.append(f"| {order} | {_f(c['mean_z'], 2)} | [{_f(c['ci_low'], 2)}, {_f(c['ci_high'], 2)}] | "
+                         f"{c['share_past_2']:.0%} | {c['n']} |")
+    lines += ["", f"**Control {'found' if control['found'] else 'NOT found'}**: "
+                  + ("the census sees a planted order effect of this kind at this point of the run."
+                     if control["found"] else "mean z of recency_last is not <= -2 with its interval below 0: "
+                     "a null result of this census cannot be read as 'no order effect'."), "",
+              "| checkpoint/chunk | domain | random mean | random sd | last z (rank) | first z (rank) | d3 z |",
+              "|---|---|---|---|---|---|---|"]
+    for key, r in control["chunks"].items():
+        def zr(order: str, r: dict[str, Any] = r) -> str:
+            return "-" if order not in r else f"{_f(r[order]['z'], 2)} ({r[order]['rank']})"
+
+        lines.append(f"| {key} | {r['domain']} | {_f(r['random_mean'])} | {_f(r['random_sd'], 5)} | "
+                     f"{zr('recency_last')} | {zr('recency_first')} | {_f(r.get('d3', {}).get('z'), 2)} |")
     lines.append("")
     return lines

@@ -105,3 +105,22 @@ def position_effect(positions: Sequence[int], losses: Sequence[float], L: int) -
     better = None if not math.isfinite(rho) or rho == 0 else ("early" if rho > 0 else "late")
     return {"n": int(len(pos)), "spearman": rho, "pearson": pearson(pos, loss), "early_mean": early_mean,
             "late_mean": late_mean, "late_minus_early": late_mean - early_mean, "better": better}
+
+
+def momentum_applied(position: int, L: int, beta1: float, extra_steps: int = 0) -> float:
+    """The fraction of the gradient of the batch trained at ``position`` (1..L) of a chunk that has reached
+    the weights by the end of the chunk plus ``extra_steps`` more steps: 1 − β1^n, n = L − position + 1 +
+    extra_steps.
+
+    AdamW steps along m_t = β1·m_{t−1} + (1 − β1)·g_t (Loshchilov & Hutter 2019, Alg. 2), so the gradient
+    g_s enters step t ≥ s with weight (1 − β1)·β1^(t−s); summed over the n steps s..s+n−1 that is
+    1 − β1^n (the bias correction and the √v normalisation aside). Right after a chunk the last batch
+    has had one step of its momentum (1 − β1 = 0.1 at β1 = 0.9) and the first L steps (0.57 at L = 8):
+    a held-out loss read then favours whatever was trained early, which is what a recency control,
+    read too soon, runs against.
+    """
+    if not 1 <= position <= L:
+        raise ValueError(f"position {position} is not in 1..{L}")
+    if not 0.0 <= beta1 < 1.0 or extra_steps < 0:
+        raise ValueError(f"beta1 {beta1} must be in [0, 1) and extra_steps {extra_steps} >= 0")
+    return 1.0 - beta1 ** (L - position + 1 + extra_steps)

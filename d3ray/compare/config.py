@@ -16,11 +16,13 @@ report goes to ``<output_dir>/report``. See ``d3ray/compare/README.md``.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from d3ray.config import RayClusterConfig
+from d3ray.config_loading import ConfigError
 
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=-]*$")
 
@@ -159,3 +161,20 @@ class CompareConfig:
             raise ValueError("trunk: and init_from: exclude each other (the trunk is where every arm starts)")
         if self.init_from is not None and self.mode != "finetune":
             raise ValueError("init_from is for mode: finetune")
+
+    def only_arms(self, names: list[str]) -> CompareConfig:
+        """This grid with only the arms ``names`` (``d3ray compare --arms``), in the file's order; the A/A arm
+        is dropped when it is not among them.
+
+        Raises:
+            ConfigError: a name that is no arm, or a subset without the baseline (or the trunk's arm).
+        """
+        known = [a.name for a in self.arms]
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise ConfigError(f"--arms: {unknown} not in this file's arms {known}")
+        for role, arm in (("baseline", self.baseline), ("trunk.arm", self.trunk.arm)):
+            if arm is not None and arm not in names:
+                raise ConfigError(f"--arms must include the {role} arm {arm!r} (every arm is compared with it)")
+        return dataclasses.replace(self, arms=[a for a in self.arms if a.name in names],
+                                   aa_arm=self.aa_arm if self.aa_arm in names else None)

@@ -31,10 +31,10 @@ from typing import Any
 
 from d3ray.compare.plan import ComparePlan, RunSpec
 from d3ray.config import RunConfig
+from d3ray.run_files import FINAL_METRICS, is_finished
 
 logger = logging.getLogger(__name__)
 
-FINAL = "final_metrics.json"
 STATUS = "compare_status.json"
 ERROR = "compare_error.txt"
 
@@ -55,11 +55,6 @@ class RunOutcome:
     @property
     def ok(self) -> bool:
         return self.status in ("done", "skipped")
-
-
-def is_finished(run_dir: Path) -> bool:
-    """A run is finished once its final_metrics.json exists (``run_pretrain`` writes it last)."""
-    return (run_dir / FINAL).is_file()
 
 
 def run_grid(plan: ComparePlan) -> list[RunOutcome]:
@@ -309,5 +304,5 @@ def _record(outcome: RunOutcome) -> None:
 
 def read_final(run_dir: Path) -> dict[str, Any]:
     """The run's final metrics ({} when it has none)."""
-    path = run_dir / FINAL
+    path = run_dir / FINAL_METRICS
     return json.loads(path.read_text()) if path.is_file() else {}

@@ -27,7 +27,7 @@ from d3ray.cluster import size_tokenizers, start_ray, worker_env
 from d3ray.config import RunConfig
 from d3ray.config_loading import to_dict
 from d3ray.errors import UserError
-from d3ray.run_files import log_to_file, read_jsonl, stderr_to_file, stop_logging_to_file
+from d3ray.run_files import FINAL_METRICS, log_to_file, read_jsonl, stderr_to_file, stop_logging_to_file
 from d3ray.train.latest import latest_pointer_callback
 from d3ray.train.preflight import check_cluster, check_environment
 from d3ray.train.prepare import load_eval_sets, prepare_data, prepare_eval_tasks
@@ -153,7 +153,7 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
         final["run_dir"] = str(run_dir)
         final["checkpoint"] = result.checkpoint.path if result.checkpoint else None
         final.update(schedule_summary(run_dir))
-        (run_dir / "final_metrics.json").write_text(json.dumps(final, indent=2))
+        (run_dir / FINAL_METRICS).write_text(json.dumps(final, indent=2))
         print_summary(final, report)
         ray.kill(coordinator)
         return final

@@ -74,3 +74,32 @@ def test_check_inputs_mixer_zero2_missing_eval_file_and_large_all_orders_refused
     with pytest.raises(UserError, match="L <= 5"):
         check_inputs(info, CensusOptions(run_dir=run, out=tmp_path / "o", all_orders=True))
     assert check_inputs(info, CensusOptions(run_dir=run, out=tmp_path / "o", checkpoints=[2], chunks=2)) == [2]
+
+
+def test_check_trunk_checkpoints_refuses_chunks_the_run_would_not_keep_before_training():
+    from d3ray.census.census import check_trunk_checkpoints
+    from d3ray.config_loading import ConfigError
+
+    cfg = load_config(RunConfig, "jobs/configs/census_pretrain_tiny.yaml", [])  # 40 chunks, every 10, keep 10
+    check_trunk_checkpoints(cfg, [10, 20, 30])
+    check_trunk_checkpoints(cfg, None)  # automatic checkpoints: the finished run's own decide
+    with pytest.raises(ConfigError, match=r"every 10 chunks of 40: no checkpoint before chunk\(s\) \[15, 40\]"):
+        check_trunk_checkpoints(cfg, [10, 15, 40])
+    few = load_config(RunConfig, "jobs/configs/census_pretrain_tiny.yaml", ["--train.keep_checkpoints=2"])
+    with pytest.raises(ConfigError, match=r"keeps its last 2 checkpoints \(chunks \[30, 40\]\).*keep_checkpoints=4"):
+        check_trunk_checkpoints(few, [10, 30])
+    by_steps = load_config(RunConfig, "jobs/configs/census_pretrain_tiny.yaml", ["--train.checkpoint_every_steps=64"])
+    check_trunk_checkpoints(by_steps, [15])  # counted in steps: load_run checks the run's own after training
+
+
+def test_census_command_takes_a_run_dir_or_a_config_never_both(tmp_path):
+    from d3ray.cli import main
+
+    assert main(["census", "--out", str(tmp_path / "o")]) == 2
+    assert main(["census", str(tmp_path), "--config", "jobs/configs/census_pretrain_tiny.yaml",
+                 "--out", str(tmp_path / "o")]) == 2
+    assert main(["census", str(tmp_path), "--out", str(tmp_path / "o"), "--train.steps=8"]) == 2
+    # --config with a chunk the run does not checkpoint: refused before anything trains
+    assert main(["census", "--config", "jobs/configs/census_pretrain_tiny.yaml", f"--output_dir={tmp_path}",
+                 "--out", str(tmp_path / "o"), "--checkpoints", "15"]) == 2
+    assert not (tmp_path / "census-pretrain-tiny").exists()

@@ -54,6 +54,20 @@ def test_compare_config_aa_arm_must_be_another_arm():
         from_dict(CompareConfig, {"arms": ARMS[:2], "aa_arm": "random"})
 
 
+def test_only_arms_keeps_the_named_arms_and_the_plan_runs_only_them(tmp_path):
+    cfg = compare_config(tmp_path, 16)
+    subset = cfg.only_arms(["reverse", "random"])
+    assert [a.name for a in subset.arms] == ["random", "reverse"] and subset.aa_arm is None  # the file's order
+    assert cfg.only_arms(["random", "aa"]).aa_arm == "aa"
+    plan = build_plan(subset)
+    assert sorted(r.name for r in plan.runs) == ["random-s0", "random-s1", "reverse-s0", "reverse-s1"]
+    assert plan.runs[0].run_dir == build_plan(cfg).runs[0].run_dir  # the same directories: a later run skips them
+    with pytest.raises(ConfigError, match="baseline arm 'random'"):
+        cfg.only_arms(["reverse"])
+    with pytest.raises(ConfigError, match=r"\['nope'\] not in this file's arms"):
+        cfg.only_arms(["random", "nope"])
+
+
 def test_branch_schedule_state_drops_the_trunks_decisions_and_keeps_the_cursor_only_for_the_same_stream():
     trunk = {"decisions": {"2": {"order": [1, 0]}}, "weights_versions": {"2": 1}, "observed_through": 1,
              "scheduler": {"x": 1}, "data_cursor": {"chunk_id": 2, "cursor": {"shard": 0, "offset": 77}}}

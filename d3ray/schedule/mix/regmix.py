@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from d3ray.run_files import FINAL_METRICS
+
 logger = logging.getLogger(__name__)
 
 _PROXY_KEY, _SEARCH_KEY, _FOLD_KEY = 0x70726F78, 0x73656172, 0x666F6C64
@@ -224,7 +226,7 @@ def run_proxies(proxy_cfgs: list[Any], run: Callable[[Any], dict[str, Any]], par
     results: dict[int, float] = {}
     todo = []
     for i, pcfg in enumerate(proxy_cfgs):
-        done = Path(pcfg.run_dir) / "final_metrics.json"
+        done = Path(pcfg.run_dir) / FINAL_METRICS
         if done.exists():
             results[i] = proxy_target(json.loads(done.read_text()), target)
         else:
