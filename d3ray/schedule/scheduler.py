@@ -87,7 +87,8 @@ class SketchRequest:
     in_trainer``, d3ray/train/sharded_influence.py) and hand the coordinator its S.
 
     Chunk c is sketched at weights version ``max(0, c − staleness)``: chunks 0..staleness before the
-    first step, then chunk ``v + staleness`` at each version v (:meth:`due`).
+    first step, then chunk ``v + staleness`` at each version v (:meth:`due`); chunk 0 not at all when it
+    trains in stream order (``first_chunk_scored`` False: D3's ``first_chunk: stream``).
     """
 
     influence: InfluenceConfig
@@ -96,11 +97,17 @@ class SketchRequest:
     """``ScheduleConfig.staleness``."""
     L: int
     """``ScheduleConfig.L``: with the run's steps, the chunks the run trains (later ones are never sketched)."""
+    first_chunk_scored: bool = True
+    """False: chunk 0 is decided without a sketch (in stream order), so nobody sketches it or waits for it."""
+
+    def sketched(self, chunk_id: int) -> bool:
+        """Whether chunk ``chunk_id`` gets a sketch (every chunk but a chunk 0 decided in stream order)."""
+        return chunk_id > 0 or self.first_chunk_scored
 
     def due(self, version: int, total_chunks: int) -> list[int]:
         """Chunks sketched at weights version ``version`` of a run of ``total_chunks`` chunks."""
         chunks = range(self.staleness + 1) if version == 0 else [version + self.staleness]
-        return [c for c in chunks if c < total_chunks]
+        return [c for c in chunks if c < total_chunks and self.sketched(c)]
 
 
 @dataclass(frozen=True)

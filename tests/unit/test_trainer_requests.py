@@ -39,7 +39,9 @@ def test_d3_on_actors_asks_a_16_bit_snapshot_with_the_adam_state_when_its_precon
 def test_d3_in_trainer_asks_sketches_with_its_influence_config_and_no_snapshot():
     cfg = load_config(RunConfig, None, ["--schedule.type=d3", "--schedule.influence_placement=in_trainer",
                                         "--schedule.L=5", "--schedule.staleness=0"]).schedule
-    assert cfg.trainer_requests() == TrainerRequests(sketch=SketchRequest(influence=cfg.influence, staleness=0, L=5))
+    # the no-argument run decides chunk 0 in stream order (first_chunk: stream): no sketch of it
+    assert cfg.trainer_requests() == TrainerRequests(sketch=SketchRequest(influence=cfg.influence, staleness=0, L=5,
+                                                                          first_chunk_scored=False))
 
 
 def test_staged_requests_merge_into_one_float32_snapshot_with_the_optimizer_state_of_either_stage():
@@ -95,6 +97,16 @@ def test_a_bad_snapshot_dtype_is_refused():
 def test_sketch_request_due_chunks_by_weights_version(staleness, version, due):
     request = SketchRequest(influence=InfluenceConfig(), staleness=staleness, L=2)
     assert request.due(version, total_chunks(9, request.L)) == due
+
+
+@pytest.mark.parametrize("staleness, version, due", [(1, 0, [1]), (1, 3, [4]), (0, 0, [])])
+def test_sketch_request_skips_a_chunk_0_decided_in_stream_order(staleness, version, due):
+    request = SketchRequest(influence=InfluenceConfig(), staleness=staleness, L=2, first_chunk_scored=False)
+    assert request.due(version, total_chunks(9, request.L)) == due
+    assert not request.sketched(0) and request.sketched(1)
+    cfg = load_config(RunConfig, None, ["--schedule.type=d3", "--schedule.influence_placement=in_trainer",
+                                        "--schedule.first_chunk=stream"]).schedule
+    assert cfg.trainer_requests().sketch.first_chunk_scored is False
 
 
 def test_chunk_feedback_keeps_the_trained_steps_only_in_chunk_order():

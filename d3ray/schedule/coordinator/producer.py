@@ -5,7 +5,7 @@
         │ SubmitInputs (what the scheduler waits for, read once from its ``TrainerRequests``):
         │   feedback: observe() the feedback of every chunk < c − staleness first   (mailbox)
         │   weights:  the snapshot of version c − staleness                          (mailbox)
-        │   sketches: offer chunk c to the trainers, wait for their sketch (S)      (mailbox)
+        │   sketch:   offer chunk c to the trainers, wait for their sketch (S)      (mailbox)
         │   mixture:  the stream draws chunk c with scheduler.mixture(c), asked after the same feedback
         ▼
     scheduler.submit(chunk, refs, SubmitContext) ──► slots[c] = Slot(chunk, refs, pending, weights version)
@@ -33,7 +33,7 @@ from d3ray.data.chunker import Chunk, ChunkStream
 from d3ray.errors import UserError
 from d3ray.schedule.coordinator.decide import CoordinatorState, DecidedChunk
 from d3ray.schedule.coordinator.mailbox import Mailbox
-from d3ray.schedule.scheduler import PendingDecision, Scheduler, SubmitContext, TrainerRequests
+from d3ray.schedule.scheduler import PendingDecision, Scheduler, SketchRequest, SubmitContext, TrainerRequests
 
 logger = logging.getLogger(__name__)
 
@@ -47,15 +47,15 @@ class SubmitInputs:
     """Observe the feedback of every chunk < c − staleness before chunk c (and before its mixture)."""
     weights: bool = False
     """Submit chunk c with the weights snapshot of version c − staleness."""
-    sketches: bool = False
-    """Submit chunk c with the trainers' sketch of it (in-trainer influence)."""
+    sketch: SketchRequest | None = None
+    """Submit chunk c with the trainers' sketch of it (in-trainer influence), for the chunks it sketches."""
     mixture: bool = False
     """The stream draws chunk c by domain with ``scheduler.mixture(c)``."""
 
     @classmethod
     def of(cls, requests: TrainerRequests, draws_mixture: bool = False) -> SubmitInputs:
         return cls(feedback=requests.feedback is not None, weights=requests.snapshot is not None,
-                   sketches=requests.sketch is not None, mixture=draws_mixture)
+                   sketch=requests.sketch, mixture=draws_mixture)
 
 
 @dataclass
@@ -245,7 +245,7 @@ class ChunkProducer:
             deadline = self._deadline_s if self._trainers_asked else None
             version, weights = self._mailbox.wait_for_weights(c - self._staleness, deadline, self.interrupt_for_seek)
             return version, SubmitContext(weights=weights, weights_version=version)
-        if self._inputs.sketches:
+        if self._inputs.sketch is not None and self._inputs.sketch.sketched(c):
             self._mailbox.offer_for_sketching(c, refs, list(chunk.batch_ids))
             version = max(0, c - self._staleness)
             influence = self._mailbox.wait_for_influence(c, self._deadline_s, self.interrupt_for_seek)

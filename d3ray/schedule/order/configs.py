@@ -61,15 +61,15 @@ class D3ScheduleConfig(ScheduleConfig):
     save_matrices: bool = True
     """Keep each chunk's S in the decision (rank 0 saves it under ``<run_dir>/influence/``)."""
     first_chunk: Literal["scored", "stream"] = "scored"
-    """Chunk 0 of a run (``influence_placement: actors``): ``scored`` orders it like every chunk, from the
+    """Chunk 0 of a run: ``scored`` orders it like every chunk, from the
     initial weights (version 0, which trainer rank 0 publishes before its first step), and the trainers'
     first step waits for that influence + solve (nothing can overlap it: the influence actor starts
     beside the trainers); ``stream`` trains it in
     stream order at once, decided without influence (deterministic, so resume and exactly-once are
     unchanged; the schedule log row says ``first_chunk: stream_order``, not a fallback), and the
     influence actor scores chunk 1 while the trainers train chunk 0. The no-argument run uses
-    ``stream`` (d3ray.config.FIRST_RUN_SCHEDULE). With ``in_trainer`` the trainers score chunk 0
-    themselves before their first step either way."""
+    ``stream`` (d3ray.config.FIRST_RUN_SCHEDULE). With ``in_trainer``, ``scored`` has the trainers score
+    chunk 0 themselves before their first step, and ``stream`` skips that (they score chunk 1 first)."""
     snapshot_dtype: Literal["bfloat16", "float32"] = "bfloat16"
     """The dtype of the weights snapshot (and AdamW m, v) the trainers publish every chunk for the
     influence actors. ``bfloat16`` halves the bytes each chunk moves through the object store; the
@@ -103,7 +103,8 @@ class D3ScheduleConfig(ScheduleConfig):
         """``in_trainer``: the trainers sketch each chunk (no weights move); ``actors``: a weights snapshot
         per chunk for the influence actors, with the AdamW state for ``preconditioner: adam``."""
         if self.in_trainer:
-            return TrainerRequests(sketch=SketchRequest(influence=self.influence, staleness=self.staleness, L=self.L))
+            return TrainerRequests(sketch=SketchRequest(influence=self.influence, staleness=self.staleness, L=self.L,
+                                                        first_chunk_scored=self.first_chunk == "scored"))
         return TrainerRequests(snapshot=SnapshotRequest(dtype=self.snapshot_dtype,
                                                         optimizer_state=self.influence.needs_optimizer_state))
 

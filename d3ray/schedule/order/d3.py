@@ -177,7 +177,7 @@ class D3Scheduler(SchedulerBase):
 
     def submit(self, chunk: Chunk, batch_refs: tuple, context: SubmitContext) -> PendingDecision:
         n = chunk.size
-        if chunk.chunk_id == 0 and self.cfg.first_chunk == "stream" and not self.cfg.in_trainer:
+        if chunk.chunk_id == 0 and self.cfg.first_chunk == "stream":
             # Decided at once, without influence: the trainers' first step does not wait (D3ScheduleConfig.first_chunk).
             return Decided(ChunkDecision(order=tuple(range(n)), fallback=False,
                                          record={**_base_record(self.cfg), "first_chunk": "stream_order"}))
