@@ -85,3 +85,19 @@ def test_page_scheduler_names_are_registered():
     listed = re.findall(r"(?:selectors|mixers): ((?:`[a-z_]+`(?:, )?)+)", text)
     names = {n for group in listed for n in re.findall(r"`([a-z_]+)`", group)}
     assert names and names <= set(ScheduleConfig.known())
+
+
+def test_gpt2_variance_reduced_comparison_builds_every_run_and_fits_one_gpu(tmp_path):
+    """jobs/configs/compare_pretrain_gpt2_vr.yaml (issue 28's 124M sizing): every trunk and arm run builds,
+    and each fits the one H200 it is sized for (trainer 0.75 GPU + the scheduler's 0.25 actor)."""
+    from d3ray.compare.config import CompareConfig
+    from d3ray.compare.plan import build_plan
+
+    cfg = load_config(CompareConfig, REPO / "jobs" / "configs" / "compare_pretrain_gpt2_vr.yaml",
+                      [f"--output_dir={tmp_path}"])
+    plan = build_plan(cfg)
+    runs = [r for r in plan.runs] + list(plan.trunks.values())
+    assert len(runs) == 11 * 8 + 8 and all(r.config is not None for r in runs)
+    for run in runs:
+        assert cluster_problems(run.config, [1.0]) == [], run.name
+    assert {r.config.model.preset for r in runs} == {"gpt2-124m"}
