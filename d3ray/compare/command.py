@@ -1,6 +1,6 @@
 """``d3ray compare --config FILE``: every arm × seed at equal tokens, then the report.
 
-    d3ray compare --config jobs/configs/compare_pretrain_tiny.yaml [--arms random,d3] [--seeds='[0, 1]']
+    d3ray compare --config jobs/configs/compare_pretrain_tiny.yaml [--only-arms random,d3] [--seeds='[0, 1]']
         [--report-only] [--dry-run]
 
 Dotted overrides change the comparison file's values (``--seeds='[0]' --output_dir=/tmp/c``).
@@ -24,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--config", required=True, help="comparison YAML (see jobs/configs/compare_*.yaml)")
     parser.add_argument("--report-only", action="store_true", help="run nothing; report on the runs there are")
     parser.add_argument("--dry-run", action="store_true", help="build and check every run's config, print the plan")
-    parser.add_argument("--arms", default=None, metavar="A,B,...",
+    parser.add_argument("--only-arms", default=None, metavar="A,B,...",
                         help="run (and report) only these arms of the file, e.g. random,random-aa,d3; a later run "
                              "with more arms skips the finished ones (the baseline arm must be among them)")
     parser.set_defaults(func=run, accepts_overrides=True)
@@ -38,8 +38,8 @@ def run(args: argparse.Namespace) -> int:
     from d3ray.run_files import is_finished
 
     cfg = load_config(CompareConfig, args.config, args.overrides)
-    if args.arms:
-        cfg = cfg.only_arms([a.strip() for a in args.arms.split(",") if a.strip()])
+    if args.only_arms:
+        cfg = cfg.only_arms([a.strip() for a in args.only_arms.split(",") if a.strip()])
     plan = build_plan(cfg)
     if args.dry_run:
         for seed, trunk in plan.trunks.items():
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{spec.name:<32} {state}{': ' + spec.error if spec.error else ''}")
         return 0
     outcomes = outcomes_on_disk(plan) if args.report_only else run_grid(plan)
-    arms = ["--arms", args.arms] if args.arms else []
+    arms = ["--only-arms", args.only_arms] if args.only_arms else []
     command = " ".join(shlex.quote(a) for a in ["d3ray", "compare", "--config", args.config, *arms, *args.overrides])
     from d3ray.compare.report import write_report
 

@@ -163,7 +163,7 @@ class CompareConfig:
             raise ValueError("init_from is for mode: finetune")
 
     def only_arms(self, names: list[str]) -> CompareConfig:
-        """This grid with only the arms ``names`` (``d3ray compare --arms``), in the file's order; the A/A arm
+        """This grid with only the arms ``names`` (``d3ray compare --only-arms``), in the file's order; the A/A arm
         is dropped when it is not among them.
 
         Raises:
@@ -172,9 +172,9 @@ class CompareConfig:
         known = [a.name for a in self.arms]
         unknown = [n for n in names if n not in known]
         if unknown:
-            raise ConfigError(f"--arms: {unknown} not in this file's arms {known}")
+            raise ConfigError(f"--only-arms: {unknown} not in this file's arms {known}")
         for role, arm in (("baseline", self.baseline), ("trunk.arm", self.trunk.arm)):
             if arm is not None and arm not in names:
-                raise ConfigError(f"--arms must include the {role} arm {arm!r} (every arm is compared with it)")
+                raise ConfigError(f"--only-arms must include the {role} arm {arm!r} (every arm is compared with it)")
         return dataclasses.replace(self, arms=[a for a in self.arms if a.name in names],
                                    aa_arm=self.aa_arm if self.aa_arm in names else None)

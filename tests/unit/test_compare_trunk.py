@@ -68,6 +68,20 @@ def test_only_arms_keeps_the_named_arms_and_the_plan_runs_only_them(tmp_path):
         cfg.only_arms(["random", "nope"])
 
 
+def test_compare_command_only_arms_and_the_arms_override_side_by_side(tmp_path, capsys):
+    from d3ray.cli import main
+
+    config = "jobs/configs/compare_pretrain_tiny_vr.yaml"
+    assert main(["compare", "--config", config, "--dry-run", f"--output_dir={tmp_path}",
+                 "--only-arms", "random,d3", "--seeds=[0]"]) == 0
+    planned = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert planned == ["trunk-s0", "random-s0", "d3-s0"]
+    assert main(["compare", "--config", config, "--dry-run", f"--output_dir={tmp_path}", "--seeds=[0]",
+                 "--aa_arm=null", "--arms=[{name: random, set: {schedule.type: random}}]"]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == ["trunk-s0", "random-s0"]
+    assert main(["compare", "--config", config, "--dry-run", "--only-arms", "d3"]) == 2
+
+
 def test_branch_schedule_state_drops_the_trunks_decisions_and_keeps_the_cursor_only_for_the_same_stream():
     trunk = {"decisions": {"2": {"order": [1, 0]}}, "weights_versions": {"2": 1}, "observed_through": 1,
              "scheduler": {"x": 1}, "data_cursor": {"chunk_id": 2, "cursor": {"shard": 0, "offset": 77}}}
