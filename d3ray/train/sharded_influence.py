@@ -5,11 +5,13 @@ math on the shards); d3ray/train/trainer_side.py decides when, asks the coordina
 hands it the S. Between chunks, every trainer rank scores the chunk the coordinator asks for, and no
 process ever holds the full weights or a full gradient:
 
-    batch i: sampled sequences (sample_rows, as the influence actors) split over the W ranks
+    a pass: the sampled sequences (sample_rows, as the influence actors) of one batch split over the W
+    ranks, or of up to W batches, one a rank, when a batch has fewer sampled rows than there are ranks
         │ forward + backward on the ZeRO-3 module (DeepSpeed gathers one layer's weights at a time)
-        │ per parameter, as soon as autograd has its gradient: into a bucket that is reduce-scattered
-        │ (one collective per 4M numbers) → this rank's slice of the batch gradient (autograd keeps
-        │ only a zero view: the hook replaces the gradient it returns)
+        │ per parameter, as soon as autograd has its gradient: into a bucket that is exchanged by an
+        │ all-to-all (one collective per 4M numbers; each rank sums its slices of the ranks that ran the
+        │ same batch) → this rank's slice of each batch's gradient (autograd keeps only a zero view: the
+        │ hook replaces the gradient it returns)
         ▼
     g slice, θ slice, AdamW m / v slices (the optimizer's own partition) ─► u, q = u ⊙ u slices
         │ sketch_chunk(..., shards=Shards(offsets, all_reduce))      d3ray/influence/shards.py
@@ -69,16 +71,23 @@ __all__ = ["ShardedScorer"]
 
 
 class _GradientBuckets:
-    """Per-parameter gradients (as autograd produces them) → this rank's slices, reduce-scattered a
-    bucket at a time: one collective per ``bucket_numel`` gradient numbers instead of one per
-    parameter (the latency of ~28 small collectives per batch doubled the cost of a tiny model's
-    scoring), holding at most one bucket of full-size gradients."""
+    """Per-parameter gradients (as autograd produces them) → this rank's slices, exchanged a bucket at a
+    time: one collective per ``bucket_numel`` gradient numbers instead of one per parameter (the latency
+    of ~28 small collectives per batch doubled the cost of a tiny model's scoring), holding at most one
+    bucket of full-size gradients.
 
-    def __init__(self, partition: dict[str, int], valid: dict[str, int], world: int, bucket_numel: int) -> None:
+    The exchange is an all-to-all: rank r receives its slice of every rank's gradient, then sums the
+    slices of ranks that worked on the same batch (``groups[rank]``: the pass's batch each rank ran). One
+    batch over all ranks is a reduce-scatter; W batches in one pass, one per rank, keep W gradients apart.
+    """
+
+    def __init__(self, partition: dict[str, int], valid: dict[str, int], world: int, bucket_numel: int,
+                 groups: list[int]) -> None:
         self.partition, self.valid, self.world, self.bucket_numel = partition, valid, world, bucket_numel
+        self.groups = groups
         self.pending: list[tuple[str, torch.Tensor]] = []
         self.size = 0
-        self.slices: dict[str, torch.Tensor] = {}
+        self.slices: dict[int, dict[str, torch.Tensor]] = {g: {} for g in set(groups)}
 
     def add(self, name: str, grad: torch.Tensor) -> None:
         self.pending.append((name, grad.reshape(-1).to(torch.float32)))
@@ -87,28 +96,30 @@ class _GradientBuckets:
             self.flush()
 
     def flush(self) -> None:
-        """Reduce-scatter the pending gradients (every rank flushes at the same points: the same
-        parameters reach the hooks in the same order on every rank)."""
+        """Exchange the pending gradients (every rank flushes at the same points: the same parameters
+        reach the hooks in the same order on every rank)."""
         import torch.distributed as dist
 
         if not self.pending:
             return
         # Rank-major: row r holds every pending parameter's r-th slice (ZeRO-3's partitioning, the
-        # last slice zero-padded), so the reduce-scatter hands rank r exactly its slices, summed.
+        # last slice zero-padded), so the all-to-all hands rank r every rank's r-th slices.
         rows = []
         for name, flat in self.pending:
             m = self.partition[name]
             padded = flat.new_zeros(m * self.world)
             padded[: flat.numel()] = flat
             rows.append(padded.view(self.world, m))
-        stacked = torch.cat(rows, dim=1).to(collective_device())  # (W, Σ m), where the group reduces
-        mine = stacked.new_empty(stacked.shape[1])
-        dist.reduce_scatter_tensor(mine, stacked.reshape(-1))
-        mine = mine.to(self.pending[0][1].device)
-        start = 0
-        for name, _ in self.pending:
-            self.slices[name] = mine[start : start + self.valid[name]]
-            start += self.partition[name]
+        stacked = torch.cat(rows, dim=1).to(collective_device())  # (W, Σ m), where the group exchanges
+        received = torch.empty_like(stacked)
+        dist.all_to_all_single(received, stacked)  # received[j]: my slices of rank j's gradient
+        received = received.to(self.pending[0][1].device)
+        for group in self.slices:
+            mine = received[[j for j, g in enumerate(self.groups) if g == group]].sum(dim=0)
+            start = 0
+            for name, _ in self.pending:
+                self.slices[group][name] = mine[start : start + self.valid[name]]
+                start += self.partition[name]
         self.pending, self.size = [], 0
 
 
@@ -125,7 +136,7 @@ class ShardedScorer:
             chunk before.
         run_dir: the run directory, or None: the fault drills act through
             ``faults.inject(run_dir, "sketch_batch", ...)`` before each batch (d3ray/faults.py).
-        bucket_numel: gradient numbers reduce-scattered per collective (the most full-size gradient
+        bucket_numel: gradient numbers exchanged per collective (the most full-size gradient
             numbers a rank holds at once: a model smaller than this holds its whole gradient briefly).
 
     Raises:
@@ -179,36 +190,47 @@ class ShardedScorer:
         v = {n: self._slice(n, safe_get_local_optimizer_state(p, "exp_avg_sq")) for n, p in self.params.items()}
         return theta, AdamWState(step=adamw_step(base), exp_avg=m, exp_avg_sq=v, **hyper)
 
-    def gradient_slices(self, input_ids: np.ndarray, labels: np.ndarray) -> BatchStatistics:
-        """Loss and this rank's slice of the gradient of the mean token loss of the sampled sequences.
+    def gradient_slices(self, batches: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[BatchStatistics]:
+        """Losses and this rank's slices of the gradients of up to W batches' mean token losses, in one pass.
 
         Args:
-            input_ids, labels: (b', T) the batch's sampled sequences (every rank passes all of them);
-                rank r runs rows r, r + W, ...; a rank with none runs row 0 with weight 0, because
-                every rank must take part in the same gathers and reduce-scatters.
+            batches: per batch its sampled sequences (input_ids, labels), (b', T) each (every rank passes
+                the same). Rank r runs batch r mod n, sharing its rows with the other ranks of that batch
+                (one batch: rank r runs rows r, r + W, ...; W batches: each rank one batch whole); the
+                exchange sums each batch's shares and keeps the batches apart. A rank with no row runs one
+                row with weight 0, because every rank must take part in the same gathers and exchanges.
+
+        Returns:
+            One BatchStatistics per batch, in order (``loss`` and ``finite`` the same on every rank).
         """
         import torch.nn.functional as F
 
-        targets = np.asarray(labels)[:, 1:]
-        scored = int((targets != IGNORE_INDEX).sum())  # over all ranks' rows: the mean's denominator
-        rows = list(range(self.rank, input_ids.shape[0], self.world))
+        n = len(batches)
+        if not 1 <= n <= self.world:
+            raise ValueError(f"a pass scores 1 to {self.world} batches, got {n}")
+        targets = [np.asarray(labels)[:, 1:] for _, labels in batches]
+        scored = [int((t != IGNORE_INDEX).sum()) for t in targets]  # a batch's mean's denominator, all its rows
+        groups = [r % n for r in range(self.world)]  # rank r runs batch r mod n, with the other ranks of its group
+        mine = groups[self.rank]
+        members = [r for r in range(self.world) if groups[r] == mine]
+        rows = list(range(members.index(self.rank), batches[mine][0].shape[0], len(members)))
         weight = 1.0 if rows else 0.0
         rows = rows or [0]
-        ids = torch.as_tensor(np.asarray(input_ids)[rows], dtype=torch.int64, device=self.device)
-        y = torch.as_tensor(targets[rows], dtype=torch.int64, device=self.device)
+        ids = torch.as_tensor(np.asarray(batches[mine][0])[rows], dtype=torch.int64, device=self.device)
+        y = torch.as_tensor(targets[mine][rows], dtype=torch.int64, device=self.device)
         logits = self.engine.module(input_ids=ids).logits[:, :-1].float()
         loss_sum = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
                                    ignore_index=IGNORE_INDEX, reduction="sum") * weight
         # Like the unsharded mean over zero scored tokens (a masked batch): NaN, so the batch is excluded.
-        local = loss_sum * (1.0 / scored if scored else float("nan"))
-        buckets = _GradientBuckets(self.partition, self.valid, self.world, self.bucket_numel)
+        local = loss_sum * (1.0 / scored[mine] if scored[mine] else float("nan"))
+        buckets = _GradientBuckets(self.partition, self.valid, self.world, self.bucket_numel, groups)
 
         def hook(name: str):
-            def reduce_scatter(grad: torch.Tensor) -> torch.Tensor:
+            def exchange(grad: torch.Tensor) -> torch.Tensor:
                 buckets.add(name, grad)
                 return grad.new_zeros(()).expand(grad.shape)  # autograd keeps a view of one zero, not the gradient
 
-            return reduce_scatter
+            return exchange
 
         handles = [p.register_hook(hook(n)) for n, p in self.params.items()]
         try:
@@ -220,24 +242,41 @@ class ShardedScorer:
             # What the skipped end-of-backward epilogue would release (the engine's own method of this
             # name also runs gc.collect(): 0.6 s a call on CPU).
             self.engine.optimizer.empty_partition_cache()
-        grads = {n: buckets.slices.get(n, torch.zeros(self.valid[n], device=self.device)) for n in self.params}
-        loss = float(all_reduce_sum(local.detach().to(torch.float64).reshape(1))[0])
-        bad = torch.stack([(~torch.isfinite(g)).any() for g in grads.values()]).any().to(torch.float64).reshape(1)
-        finite = float(all_reduce_sum(bad)[0]) == 0.0 and np.isfinite(loss)
-        return BatchStatistics(loss=loss, grad=grads, hdiag=None, finite=finite)
+        # per batch: the loss (its ranks' shares summed) and whether any rank's slice of it is not finite
+        losses = torch.zeros(n, dtype=torch.float64)
+        if weight:
+            losses[mine] = float(local.detach())
+        bad = torch.zeros(n, dtype=torch.float64)
+        out_grads = []
+        for b in range(n):
+            grads = {name: buckets.slices[b].get(name, torch.zeros(self.valid[name], device=self.device))
+                     for name in self.params}
+            bad[b] = float(any(bool((~torch.isfinite(g)).any()) for g in grads.values()))
+            out_grads.append(grads)
+        totals = all_reduce_sum(torch.cat([losses, bad]))
+        return [BatchStatistics(loss=float(totals[b]), grad=out_grads[b], hdiag=None,
+                                finite=float(totals[n + b]) == 0.0 and bool(np.isfinite(float(totals[b]))))
+                for b in range(n)]
 
     # ---- a chunk ------------------------------------------------------------------------------
     def _statistics(self, chunk_id: int, batches: Sequence[Any], batch_ids: Sequence[int]) -> Iterator[BatchStatistics]:
         from d3ray.data.labels import lm_labels
         from d3ray.influence.worker import sample_rows
 
+        sampled = []
         for position, (batch, bid) in enumerate(zip(batches, batch_ids, strict=True)):
             ids = np.asarray(batch.input_ids, dtype=np.int64)
             labels = lm_labels(ids, batch.n_tokens, batch.loss_mask)
             faults.inject(self.run_dir, "sketch_batch", rank=self.rank, chunk_id=chunk_id, position=position,
                           batch_id=bid, labels=labels)
             rows = sample_rows(ids.shape[0], self.config.sample_fraction, self.config.seed, bid)
-            yield self.gradient_slices(ids[rows], labels[rows])
+            sampled.append((ids[rows], labels[rows]))
+            # a pass: batches until every rank has a row (or one batch per rank): fewer sampled rows than
+            # ranks would leave ranks running weight-0 rows
+            if (len(sampled) == self.world or sum(len(ids) for ids, _ in sampled) >= self.world
+                    or position == len(batches) - 1):
+                yield from self.gradient_slices(sampled)
+                sampled = []
 
     def score(self, chunk_id: int, batches: Sequence[Any], batch_ids: Sequence[int]) -> BatchSketches:
         """The chunk's sketches (every rank gets the same rows; rank 0 ships them).
