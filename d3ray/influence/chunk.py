@@ -171,8 +171,8 @@ def sketch_chunk(
             excluded.append(bid)
             logger.warning("influence: batch %s has a non-finite loss or gradient; excluded", bid)
             continue
-        if potential:
-            f[r] = batch_potential(st.grad, w, shards)
+        if potential:  # this rank's part; summed over ranks once for the chunk, below
+            f[r] = batch_potential(st.grad, w)
         if not residual:  # the potential alone: no step direction, no sketch
             vecs = {"g": {n: t.unsqueeze(0) for n, t in st.grad.items()}}
         else:
@@ -192,6 +192,8 @@ def sketch_chunk(
         t0 = time.perf_counter()
         rows[r] = sketch_rows(vecs, sketch, cv, config.control_variate, shards)
         sketch_sec += time.perf_counter() - t0
+    if potential and shards is not None:  # one all-reduce of the chunk's L partial dot products
+        f = reduce_sum(shards, torch.from_numpy(f)).cpu().numpy()
     n_finite = len(batch_ids) - len(excluded)
     means = None
     if sums:

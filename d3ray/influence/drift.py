@@ -2,7 +2,7 @@
 
 w is built once per chunk from the snapshot (θ, m, v, t); it is elementwise, so a rank holding slices
 of θ, m, v builds its slice of w with no communication, and f_i is the sum over ranks of the slices'
-dot products (one scalar all-reduce per batch under ``shards``). The dot products run in float64.
+dot products (one all-reduce of the chunk's L parts, in ``chunk.sketch_chunk``). The dot products run in float64.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import math
 import torch
 
 from d3ray.influence.optimizer import AdamWState
-from d3ray.influence.shards import Shards, reduce_sum
 
 logger = logging.getLogger(__name__)
 
@@ -46,9 +45,10 @@ def drift_residual(u: Params, w: Params) -> Params:
     return {n: t - w[n] for n, t in u.items()}
 
 
-def batch_potential(grad: Params, w: Params, shards: Shards | None = None) -> float:
-    """f_i = ⟨g_i, w⟩ in float64 over the parameters of ``grad`` (summed over ranks with ``shards``)."""
+def batch_potential(grad: Params, w: Params) -> float:
+    """f_i = ⟨g_i, w⟩ in float64 over the parameters of ``grad`` (this rank's part when they are slices:
+    ``sketch_chunk`` sums the chunk's parts over ranks in one all-reduce)."""
     total = torch.zeros((), dtype=torch.float64, device=next(iter(w.values())).device)
     for name, g in grad.items():
         total = total + torch.dot(g.reshape(-1).double(), w[name].reshape(-1).double())
-    return float(reduce_sum(shards, total))
+    return float(total)
