@@ -188,7 +188,8 @@ class ChunkProducer:
 
     def _restart_stream(self, target: int) -> None:
         with self.cond:
-            known = [c for c in self.cursors if c <= target]
+            # a chunk restored without a cursor (an arm branched from a trunk of another stream) is no start
+            known = [c for c, cursor in self.cursors.items() if c <= target and cursor is not None]
             start = max(known) if known else None
             cursor = self.cursors[start] if start is not None else None
         if cursor is None:

@@ -1,0 +1,41 @@
+"""The producer's stream restart when a chunk was restored without a data cursor (an arm branched from a
+trunk whose stream it does not share: ``compare/trunk.py`` hands it ``{"chunk_id": K, "cursor": None}``)."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+from d3ray.schedule.coordinator.decide import CoordinatorState
+from d3ray.schedule.coordinator.mailbox import Mailbox
+from d3ray.schedule.coordinator.producer import ChunkProducer, SubmitInputs
+
+
+class CountingStream:
+    """Chunks 0, 1, 2, ... from the start (a cursor is ignored: none is ever given here)."""
+
+    def __iter__(self):
+        return (SimpleNamespace(chunk_id=i, cursor=None) for i in range(100))
+
+    def close(self) -> None:
+        pass
+
+
+def producer(made: list) -> ChunkProducer:
+    def make_stream(cursor=None):
+        made.append(cursor)
+        return CountingStream()
+
+    return ChunkProducer(make_stream, scheduler=None, scheduler_lock=threading.Lock(),
+                         mailbox=Mailbox(threading.Condition()), inputs=SubmitInputs(), decided=lambda c: False,
+                         state=CoordinatorState(), prefetch_chunks=2, staleness=1, deadline_s=None)
+
+
+def test_a_chunk_restored_without_a_cursor_is_reached_by_reading_from_chunk_0():
+    made: list = []
+    p = producer(made)
+    p.cursors[30] = None  # what ScheduleCoordinator.restore records for a branch without a cursor
+    p._restart_stream(30)
+    assert made == [None] and p.next_id == 30
+    assert next(p._iter).chunk_id == 30  # 30 chunks skipped: the next one read is the one asked for
+    assert p._state.chunks_skipped_on_seek == 30 and p._state.restarts_from_cursor == 0
