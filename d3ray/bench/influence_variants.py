@@ -12,11 +12,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from d3ray.influence.estimators import EstimatorConfig
 
-ESTIMATORS = ("first_order", "drift", "drift_only", "fisher", "gnb", "hutchinson")
+ESTIMATORS = ("first_order", "drift", "drift_only", "drift_jvp", "drift_step", "fisher", "gnb", "hutchinson")
 #: drift (potential.py): the exact AdamW drift potential + the sketched residual (``residual: sketch``);
-#: drift_only: the potential alone (``residual: none``, the default estimator). Both need the AdamW step:
-#: scored with preconditioner adam only.
-ADAM_ONLY = ("drift", "drift_only")
+#: the potential alone (``residual: none``) computed three ways (``potential``): drift_only ⟨g_i, w⟩ from
+#: one forward + backward per batch (``gradient``), drift_jvp by batched forward-mode AD (``jvp``),
+#: drift_step as the drift step's loss change from two batched forwards (``step``). All need the AdamW
+#: step: scored with preconditioner adam only.
+ADAM_ONLY = ("drift", "drift_only", "drift_jvp", "drift_step")
+_POTENTIAL_OF = {"drift_only": "gradient", "drift_jvp": "jvp", "drift_step": "step"}
 PROBES = (1, 2, 4, 8)
 
 
@@ -48,11 +51,13 @@ def estimator_families(names: str) -> tuple[str, ...]:
 
 
 def estimator_config(name: str, probes: int) -> EstimatorConfig:
-    """The production estimator config of a variant (``drift_only``: the drift with ``residual: none``)."""
+    """The production estimator config of a variant (``drift_*``: the drift with ``residual: none``)."""
     from d3ray.influence.estimators import DriftConfig, EstimatorConfig, HutchinsonConfig
 
-    if name in ADAM_ONLY:
-        return DriftConfig(residual="none" if name == "drift_only" else "sketch")
+    if name == "drift":
+        return DriftConfig(residual="sketch")
+    if name in _POTENTIAL_OF:
+        return DriftConfig(residual="none", potential=_POTENTIAL_OF[name])
     return HutchinsonConfig(probes=probes) if name == "hutchinson" else EstimatorConfig.lookup(name)()
 
 

@@ -10,6 +10,8 @@ benchmark call them without an actor. Per batch (README.md for the algebra):
 
 ``drift`` (potential.py): per batch also f_i = ⟨g_i, w⟩ in full dimension (w built once per call from the
 snapshot's AdamW state), and the sketch carries u_i − w in place of u_i, or nothing (``residual: none``).
+With nothing sketched, :func:`potential_chunk` gets every f_i of the call from batched passes instead
+(``potential: jvp | step``): no per-batch gradient.
 
 Control variate, two passes: with a ``reference`` shared by the workers of the chunk (the previous
 chunk's mean directions) each batch is sketched as soon as its statistics exist (one batch of
@@ -30,7 +32,7 @@ import torch
 
 from d3ray.influence.config import InfluenceConfig
 from d3ray.influence.control_variate import EXTRA_COLUMNS, ControlVariate
-from d3ray.influence.drift import batch_potential, drift_direction, drift_residual
+from d3ray.influence.drift import batch_potential, batched_potentials, drift_direction, drift_residual
 from d3ray.influence.estimators.lookahead import lookahead_influence
 from d3ray.influence.influence import BatchSketches, LookaheadRows, Reference
 from d3ray.influence.optimizer import AdamWState, step_direction
@@ -40,7 +42,9 @@ from d3ray.influence.statistics import BatchStatistics, CrossEntropyObjective, P
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["batch_vectors", "check_optimizer_state", "lookahead_rows", "sketch_chunk", "sketch_rows"]
+__all__ = [
+    "batch_vectors", "check_optimizer_state", "lookahead_rows", "potential_chunk", "sketch_chunk", "sketch_rows",
+]
 
 Vectors = dict[str, dict[str, torch.Tensor]]
 
@@ -241,6 +245,49 @@ def sketch_chunk(
         sketch_id=f"{sketch_id}:{ref_id}",
         means=means if return_means else None,
         potential=f if potential else None,
+    )
+
+
+def potential_chunk(
+    objectives: Sequence[CrossEntropyObjective],
+    batch_ids: Sequence[int],
+    params: Params,
+    config: InfluenceConfig,
+    optimizer: AdamWState | None,
+) -> BatchSketches:
+    """The drift potential alone (``drift``, ``residual: none``, ``potential: jvp | step``) of a share of a chunk.
+
+    The same BatchSketches as :func:`sketch_chunk` gives this estimator (rows of width 0, ``potential``
+    f, the losses, the excluded batches) with f from :func:`~d3ray.influence.drift.batched_potentials`
+    (``jvp``: d/dε ℓ_i(θ + ε·w); ``step``: (ℓ_i(θ) − ℓ_i(θ − η·w)) / η): every batch of the call in
+    batched passes instead of one forward + backward per batch. A batch whose loss or f is not finite is
+    excluded (f = 0) and logged.
+
+    Raises:
+        ValueError: the optimizer state is missing or does not fit ``params``.
+    """
+    check_optimizer_state(config, optimizer, {n: tuple(p.shape) for n, p in params.items()})
+    start = time.perf_counter()
+    w = drift_direction(params, optimizer, _moments(config, optimizer, params))
+    # at lr 0 the drift step moves nothing (and S = lr·(f_j − f_i) is 0 whatever f): the derivative then
+    method = config.estimator.potential if optimizer.lr > 0 else "jvp"
+    losses, f = batched_potentials(objectives, params, w, config.estimator.tokens_per_pass, method, optimizer.lr)
+    finite = np.isfinite(losses) & np.isfinite(f)
+    excluded = [bid for bid, ok in zip(batch_ids, finite, strict=True) if not ok]
+    for bid in excluded:
+        logger.warning("influence: batch %s has a non-finite loss or potential; excluded", bid)
+    f = np.where(finite, f, 0.0)
+    if not np.any(f):
+        logger.warning("influence: the AdamW drift potential is zero for every batch (no momentum or weight "
+                       "decay yet?): S is zero")
+    empty = np.zeros((len(batch_ids), 0), dtype=np.float64 if config.dtype == "float64" else np.float32)
+    sketch_id = stable_seed(repr(config.sketch), config.param_filter, config.preconditioner, sorted(params))
+    seconds = time.perf_counter() - start
+    return BatchSketches(
+        batch_ids=list(batch_ids), G=empty, Q=None, H=None, U=empty.copy(), step_size=float(optimizer.lr),
+        losses=losses, excluded=excluded,
+        timings={"influence/stats_sec": seconds, "influence/sketch_sec": 0.0, "influence/total_sec": seconds},
+        estimator=config.estimator.describe(), sketch_id=f"{sketch_id}:none", potential=f,
     )
 
 

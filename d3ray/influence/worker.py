@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch.func import functional_call
 
-from d3ray.influence.chunk import lookahead_rows, parameter_names, sketch_chunk
+from d3ray.influence.chunk import lookahead_rows, parameter_names, potential_chunk, sketch_chunk
 from d3ray.influence.config import InfluenceConfig
 from d3ray.influence.influence import BatchSketches, LookaheadRows, Reference
 from d3ray.influence.optimizer import AdamWState
@@ -218,13 +218,23 @@ class InfluenceWorker:
         t_load = time.perf_counter() - start
         ref = None if reference is None else resolve(reference[0] if isinstance(reference, Sequence) else reference)
         params = self.leaves()
-        out = sketch_chunk(
-            self._statistics(batches, batch_ids, params), batch_ids, params, self.config, self.sketch,
-            reference=ref, return_means=return_means, optimizer=self.optimizer,
-        )
+        if self._batches_potential(ref, return_means):
+            objectives = [self.objective(b, bid) for b, bid in zip(batches, batch_ids, strict=True)]
+            out = potential_chunk(objectives, batch_ids, params, self.config, self.optimizer)
+        else:
+            out = sketch_chunk(
+                self._statistics(batches, batch_ids, params), batch_ids, params, self.config, self.sketch,
+                reference=ref, return_means=return_means, optimizer=self.optimizer,
+            )
         out.timings["influence/load_sec"] = t_load
         out.timings["influence/total_sec"] = time.perf_counter() - start
         return out
+
+    def _batches_potential(self, reference: Reference | None, return_means: bool) -> bool:
+        """Whether this call is the drift potential alone, computed in batched JVP passes (no gradient,
+        so no means for a control-variate reference and none used)."""
+        return (self.config.estimator.batches_potential and self.config.needs_optimizer_state
+                and reference is None and not return_means)
 
     def lookahead_matrix(
         self,

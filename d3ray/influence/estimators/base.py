@@ -44,6 +44,9 @@ class EstimatorConfig(ChoiceConfig):
     the residual is sketched (potential.py; ``drift``)."""
     sketches_residual: ClassVar[bool] = True
     """False when nothing is sketched (``drift`` with ``residual: none``: the potential alone)."""
+    batches_potential: ClassVar[bool] = False
+    """True when an influence actor computes the potential alone for a whole call in batched
+    forward-mode passes (``drift``, ``potential: jvp``; :func:`~d3ray.influence.chunk.potential_chunk`)."""
     needs_double_backward: ClassVar[bool] = False
     """True when the statistics differentiate a gradient again (Hessian-vector products): the influence
     model then runs eager attention (worker.py: ``influence_attention``)."""

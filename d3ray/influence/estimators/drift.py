@@ -22,10 +22,13 @@ if TYPE_CHECKING:
 
     from d3ray.influence.statistics import BatchStatistics, CrossEntropyObjective, Params
 
-__all__ = ["RESIDUALS", "DriftConfig"]
+__all__ = ["POTENTIALS", "RESIDUALS", "DriftConfig"]
 
 #: ``sketch``: the residual (s, g) through the run's sketch (+ control variate); ``none``: potential only.
 RESIDUALS = ("sketch", "none")
+#: how f_i is computed: ``jvp`` (forward-mode AD) or ``step`` (the drift step's loss change), many batches
+#: per pass, or ``gradient`` (⟨g_i, w⟩, one forward + backward per batch).
+POTENTIALS = ("jvp", "step", "gradient")
 
 
 @EstimatorConfig.register("drift")
@@ -45,13 +48,35 @@ class DriftConfig(EstimatorConfig):
     signal at k = 16,384 (median regret 0.06 against the look-ahead, as first_order) while the potential
     alone orders better (0.02) at 0.21x a training step instead of 0.80x."""
 
+    potential: str = "jvp"
+    """How an influence actor computes f_i when the residual is not sketched (``residual: none``), the
+    sampled sequences of the whole call in batched passes for the first two (drift.py, ``batched_potentials``):
+    ``jvp`` (default): f_i = d/dε ℓ_i(θ + ε·w) by forward-mode AD, no gradient; ``step``: f_i =
+    (ℓ_i(θ) − ℓ_i(θ − η·w)) / η, the loss change of the drift step itself (two plain forwards, no
+    derivative); ``gradient``: one forward + backward per batch and the dot product ⟨g_i, w⟩. jvp and
+    gradient give the same f to rounding; step differs from it by the curvature along w (O(η)). The
+    sketched residual and in-trainer scoring (ZeRO-3 slices) need g_i and always take ``gradient``."""
+
+    tokens_per_pass: int = 4096
+    """Tokens stacked into one pass (``potential: jvp | step``): bounds its memory, about
+    2 x tokens x vocabulary floats of logits (and their tangents for jvp)."""
+
     def __post_init__(self) -> None:
         if self.residual not in RESIDUALS:
             raise ValueError(f"drift.residual must be one of {list(RESIDUALS)}, got {self.residual!r}")
+        if self.potential not in POTENTIALS:
+            raise ValueError(f"drift.potential must be one of {list(POTENTIALS)}, got {self.potential!r}")
+        if self.tokens_per_pass < 1:
+            raise ValueError(f"drift.tokens_per_pass must be >= 1, got {self.tokens_per_pass}")
 
     @property
     def sketches_residual(self) -> bool:
         return self.residual == "sketch"
+
+    @property
+    def batches_potential(self) -> bool:
+        """True when an actor computes f in batched passes per call (``residual: none``, ``potential: jvp | step``)."""
+        return self.residual == "none" and self.potential != "gradient"
 
     def statistics(
         self, objective: CrossEntropyObjective, params: Params, generator: torch.Generator
