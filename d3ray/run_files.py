@@ -29,6 +29,16 @@ FINAL_METRICS = "final_metrics.json"
 """What ``run_pretrain`` writes last: a run directory holding it is a finished run."""
 
 
+def display_path(path: str | Path) -> str:
+    """``path`` as a report shows it: relative to the working directory when it lies inside it (a report
+    committed from a checkout names no machine's absolute path), else absolute."""
+    resolved = Path(path).expanduser().resolve()
+    try:
+        return resolved.relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return resolved.as_posix()
+
+
 def is_finished(run_dir: str | Path) -> bool:
     """A run is finished once its ``final_metrics.json`` exists (``run_pretrain`` writes it last)."""
     return (Path(run_dir) / FINAL_METRICS).is_file()

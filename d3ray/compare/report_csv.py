@@ -15,6 +15,7 @@ from typing import Any
 
 from d3ray.compare.readout import PAPER_EFFECT_NATS, seeds_for_power
 from d3ray.compare.table import RUN_FIGURES, ArmResult, RunRecord
+from d3ray.run_files import display_path
 
 CSV_FIELDS = ["metric", "arm", "kind", "best_baseline", "n", "mean", "std", "eval_se", "diff_vs_baseline",
               "rel_change_pct", "ci_low", "ci_high", "boot_low", "boot_high", "p_value", "p_holm", "wins", "verdict",
@@ -52,7 +53,7 @@ def runs_csv(records: list[RunRecord]) -> str:
     writer = csv.writer(out)
     writer.writerow(["arm", "seed", "status", "seconds", "run_dir", "error", *keys])
     for r in records:
-        writer.writerow([r.arm, r.seed, r.status, _clean_value(r.seconds), str(r.run_dir), r.error or "",
+        writer.writerow([r.arm, r.seed, r.status, _clean_value(r.seconds), display_path(r.run_dir), r.error or "",
                          *(_clean_value(r.metrics.get(k)) for k in keys)])
     return out.getvalue()
 

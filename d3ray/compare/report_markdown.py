@@ -15,6 +15,7 @@ from d3ray.compare.plan import EQUAL_TOKEN_KEYS, ComparePlan
 from d3ray.compare.readout import PAPER_EFFECT_NATS, seeds_for_power
 from d3ray.compare.stats import BETTER, FEW, TIE, WORSE, PairedComparison, lower_is_better
 from d3ray.compare.table import EQUAL_COMPUTE, ArmResult, RunRecord
+from d3ray.run_files import display_path
 
 PHRASES = {BETTER: "beat {base} beyond seed noise", WORSE: "was worse than {base} beyond seed noise",
            TIE: "did not differ from {base} beyond seed noise", FEW: "cannot be judged against {base} (fewer than 2 paired seeds)"}
@@ -180,7 +181,7 @@ def _trunk_section(plan: ComparePlan) -> list[str]:
     arm = t.arm or plan.compare.baseline
     return ["## Shared trunk", "",
             f"Every arm of a seed branches from one checkpoint at step **{t.steps}** of `{arm}`'s config "
-            f"(`trunk-s<seed>` in `{plan.output_dir / 'trunks'}`; the LR schedule is that of the full run): "
+            f"(`trunk-s<seed>` in `{display_path(plan.output_dir / 'trunks')}`; the LR schedule is that of the full run): "
             f"weights, optimizer state, LR position and data cursor are shared, and each arm's scheduler starts "
             f"fresh there (`d3ray/compare/trunk.py`). Read-outs over several evaluations use those after step "
             f"{t.steps}; every value in this report is from the arms' own steps {t.steps + 1}..{plan.base.train.steps}.",
@@ -208,7 +209,7 @@ def _runs_section(records: list[RunRecord]) -> list[str]:
     failed = [r for r in records if r.status == "failed"]
     counts = {s: sum(r.status == s for r in records) for s in ("done", "skipped", "failed")}
     lines = ["## Runs", "", f"{len(records)} runs: {counts['done']} ran now, {counts['skipped']} finished before "
-             f"(skipped), {counts['failed']} failed. Run directories: `{records[0].run_dir.parent}` "
+             f"(skipped), {counts['failed']} failed. Run directories: `{display_path(records[0].run_dir.parent)}` "
              "(per run: metrics.jsonl, schedule_log.jsonl, final_metrics.json, compare_status.json)." if records else "",
              ""]
     if failed:
