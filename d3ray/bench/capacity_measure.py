@@ -5,7 +5,9 @@
   ``mixed_batches``): the time of one training step (forward + backward + torch AdamW with the trainers'
   hyperparameters, float32), then the influence seconds per scored batch of an
   :class:`~d3ray.influence.worker.InfluenceWorker` with the default
-  :class:`~d3ray.influence.config.InfluenceConfig` (``drift``, ``residual: none``, adam, s = 1/8) at those
+  :class:`~d3ray.influence.config.InfluenceConfig` (``drift``, ``residual: none``, adam, s = 1/8, with
+  ``potential: gradient``: the forward+backward per batch the model prices; the default ``step`` costs
+  two batched forwards instead, less, measured by ``d3ray bench influence``) at those
   weights and AdamW state, shipped as the trainers ship them (bfloat16 state dict and m, v), through
   ``sketch_batches`` as the pipeline calls it; split into the forward+backward (its own timer), and, timed
   apart on the same tensors, the potential f_i = ⟨g_i, w⟩ (``batch_potential``) and the drift w
@@ -160,6 +162,7 @@ def time_model(model: str, corpus: Any, batch_size: int, seq_len: int, device: s
 
     from d3ray.bench.influence_setup import PRESET_OF, mixed_batches, train_config
     from d3ray.influence.config import InfluenceConfig
+    from d3ray.influence.estimators import DriftConfig
     from d3ray.influence.drift import batch_potential, drift_direction
     from d3ray.influence.optimizer import AdamWState
     from d3ray.influence.worker import InfluenceWorker, sample_rows
@@ -198,7 +201,9 @@ def time_model(model: str, corpus: Any, batch_size: int, seq_len: int, device: s
                 exp_avg_sq={k: bf16(torch.from_numpy(v)) for k, v in state.exp_avg_sq.items()}),
     ]
     del net, opt, state
-    config = InfluenceConfig(device=device)  # the default: drift, residual none, adam, s = 1/8
+    # drift, residual none, adam, s = 1/8, the potential from the gradient: the one forward+backward per batch
+    # the model prices (the default `potential: step`, two batched forwards, costs less: influence README)
+    config = InfluenceConfig(estimator=DriftConfig(potential="gradient"), device=device)
     worker = InfluenceWorker(cfg_dict, config)
     ids = list(range(batches_per_call))
     worker.sketch_batches(parts, mixed_batches(corpus.heldout, batches_per_call, batch_size, rng), ids)  # warm-up

@@ -130,13 +130,15 @@ def test_drift_estimator_identity_sketch_equals_full_dimension_first_order_S(sna
         return config.estimator.merge([part], IDS)[1]
 
     S_drift = production(DriftConfig(residual="sketch"))
-    S_potential = production(DriftConfig(residual="none"))
+    S_potential = production(DriftConfig(residual="none", potential="jvp"))  # f_i = d/dε ℓ_i(θ + ε·w), exact
+    S_potential_gradient = production(DriftConfig(residual="none", potential="gradient"))
     S_first = production(FirstOrderConfig())
     scale = np.abs(S_full).max()
 
     np.testing.assert_allclose(S_drift, S_full, rtol=0, atol=1e-12 * scale)
     np.testing.assert_allclose(S_first, S_full, rtol=0, atol=1e-12 * scale)
     np.testing.assert_allclose(S_potential, potential_antisymmetric(f, eta), rtol=0, atol=1e-12 * scale)
+    np.testing.assert_allclose(S_potential_gradient, potential_antisymmetric(f, eta), rtol=0, atol=1e-12 * scale)
     assert np.array_equal(S_drift, -S_drift.T) and np.array_equal(S_potential, -S_potential.T)
     # the clip (C = 0.5) makes the residual non-zero: the potential alone is not all of S here
     assert np.abs(S_full - potential_antisymmetric(f, eta)).max() > 1e-6 * scale
