@@ -49,9 +49,11 @@ class DriftConfig(EstimatorConfig):
     alone orders better (0.02) at 0.21x a training step instead of 0.80x."""
 
     potential: str = "step"
-    """How an influence actor computes f_i when the residual is not sketched (``residual: none``), the
-    sampled sequences of the whole call in batched passes for the first two (drift.py, ``batched_potentials``):
-    ``step`` (default): f_i = (ℓ_i(θ) − ℓ_i(θ − η·w)) / η, the loss change of the drift step itself
+    """How an influence actor computes f_i with ``residual: none``: ``step`` (default; two batched forwards),
+    ``jvp`` (batched forward-mode AD) or ``gradient`` (a forward + backward per batch).
+
+    The first two run the sampled sequences of the whole call in batched passes (drift.py,
+    ``batched_potentials``). ``step`` (default): f_i = (ℓ_i(θ) − ℓ_i(θ − η·w)) / η, the loss change of the drift step itself
     (two plain forwards, no derivative; float32 differences of two losses, which lose digits only where
     η·|f| nears the loss's rounding, i.e. as the learning rate goes to 0, where S = η·(f_j − f_i) itself
     vanishes; at η = 0 it takes ``jvp``); ``jvp``: f_i = d/dε ℓ_i(θ + ε·w) by forward-mode AD, no
