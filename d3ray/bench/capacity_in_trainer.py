@@ -21,7 +21,7 @@ Memory (bytes):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from d3ray.bench.capacity_arch import Architecture, param_count
 from d3ray.bench.capacity_model import (
@@ -74,7 +74,9 @@ def _groups(load: InfluenceLoad) -> list[int]:
 
 
 def _in_trainer_coords_sec(arch: Architecture, load: InfluenceLoad, dev: DeviceConstants, ranks: int) -> float:
-    """The O(N/W) work of a chunk on each rank: L batches' c_b and the chunk's w (+ m, v copies)."""
+    """The O(N/W) work of a chunk on each rank: L batches' c_b and the chunk's w (+ m, v copies). The
+    trainers score with the gradient whatever the actors' ``potential_method`` (ZeRO-3 slices)."""
+    load = replace(load, potential_method="gradient")
     N = param_count(arch)
     per_coord = load.L * batch_coordinate_bytes(load, N / ranks) + chunk_coordinate_bytes(load, in_trainer=True)
     return per_coord * N / ranks / dev.memory_bytes_per_sec

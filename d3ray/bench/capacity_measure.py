@@ -162,8 +162,8 @@ def time_model(model: str, corpus: Any, batch_size: int, seq_len: int, device: s
 
     from d3ray.bench.influence_setup import PRESET_OF, mixed_batches, train_config
     from d3ray.influence.config import InfluenceConfig
-    from d3ray.influence.estimators import DriftConfig
     from d3ray.influence.drift import batch_potential, drift_direction
+    from d3ray.influence.estimators import DriftConfig
     from d3ray.influence.optimizer import AdamWState
     from d3ray.influence.worker import InfluenceWorker, sample_rows
     from d3ray.model import ModelConfig, build_model, model_config_dict

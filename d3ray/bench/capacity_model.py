@@ -20,11 +20,18 @@ traffic per coordinate (c_b) are counted from the code, fp32 tensors (4 bytes), 
 
     t_batch(ranks) = F·n·T / (ranks·peak·mfu_influence) + c_b·N / (ranks·bw_mem)
 
-The default estimator, ``drift`` with ``residual: none`` (``d3ray.influence.chunk.sketch_chunk``): per batch
-the gradient g_i (the forward+backward) and f_i = ⟨g_i, w⟩ (``drift.batch_potential``: g and w cast to
-float64, read 4 + write 8 bytes each, then a dot that reads 16): c_b = 40. Nothing is sketched: no AdamW
+The default estimator, ``drift`` with ``residual: none``, on influence actors (``potential: step``,
+``d3ray.influence.chunk.potential_chunk``): per batch two forwards of its n sequences (stacked with the
+call's other batches), at θ and at θ − η·w, each F/3 of the forward+backward's flops (F = 6·N_mm + 12·l·h·T
+is 2·N_mm + 4·l·h·T forward and twice that backward), so 2/3 of F·n·T, and no O(N) work per batch
+(c_b = 0: f_i comes out of the two losses). Once per call θ − η·w is written (read 8, write 4: 12 bytes a
+coordinate). With ``potential: gradient`` (``InfluenceLoad.potential_method``; always in-trainer): the gradient
+g_i (the forward+backward) and f_i = ⟨g_i, w⟩ (``drift.batch_potential``: g and w cast to float64, read
+4 + write 8 bytes each, then a dot that reads 16): c_b = 40. Nothing is sketched either way: no AdamW
 direction, no projection, no control variate, no running sums. Once per chunk per actor the drift
 w = λθ + β1·m ⊘ (b1·(√(β2·v/b2) + ε)) (``drift.drift_direction``: 9 elementwise ops, 80 bytes per coordinate).
+Memory is priced as ``gradient``'s for both (θ − η·w takes the gradient's 4·N; one forward's
+activations are fewer than a forward+backward's): an upper bound for ``step``.
 
 The sketched estimators (``first_order``; ``drift`` with ``residual: sketch``), as coded, per batch:
 
@@ -65,6 +72,7 @@ __all__ = [
     "fwd_bwd_sec",
     "influence_batch_sec",
     "scored_sequences",
+    "scoring_compute_sec",
     "sketch_work_memory",
     "train_step_sec",
     "work_vectors",
@@ -78,6 +86,12 @@ POTENTIAL_BYTES = 40.0
 """``batch_potential``: g and w cast to float64 (read 4, write 8 each), the dot reads 16."""
 DRIFT_BYTES = 80.0
 """``drift_direction``, once per chunk: 7 one-input ops (read 4, write 4) and 2 two-input ops (read 8, write 4)."""
+STEP_PARAMS_BYTES = 12.0
+"""``batched_potentials`` (``potential: step``), once per call: θ − η·w (read 8, write 4)."""
+STEP_FLOP_SHARE = 2.0 / 3.0
+"""Two forwards (θ and θ − η·w) against one forward+backward: 2·(F/3) / F."""
+#: how the actors get f_i with the default drift estimator (``DriftConfig.potential``; jvp is not priced)
+POTENTIALS = ("step", "gradient")
 MOMENTS_COPY_BYTES = 16.0
 """``AdamWState.tensors`` on the device (in-trainer): m and v slices copied to fp32 (read 4, write 4 each)."""
 ADAMW_DIRECTION_BYTES = 176.0
@@ -179,6 +193,10 @@ class InfluenceLoad:
     sjlt_s: int = 4
     sjlt_cache_bytes: float = 2.0**30
     wait_target: float = 0.02
+    potential_method: str = "step"
+    """``DriftConfig.potential`` of the actors (``drift`` only): ``step`` (the default: two batched forwards,
+    no O(N) work per batch) or ``gradient`` (a forward+backward and ⟨g_i, w⟩). In-trainer scoring always
+    takes the gradient (``capacity_in_trainer``)."""
     batches_per_gather: int = 1
     """In-trainer mode: scored batches that share one ZeRO-3 parameter gather. 1: one forward+backward per
     batch; L: every layer gathered once per chunk and run on all L batches' sequences, with per-batch
@@ -197,11 +215,19 @@ class InfluenceLoad:
             raise ValueError(f"batches_per_gather must be in [1, L={self.L}], got {self.batches_per_gather}")
         if not 0 < self.wait_target < 1:
             raise ValueError(f"wait_target must be in (0, 1), got {self.wait_target}")
+        if self.potential_method not in POTENTIALS:
+            raise ValueError(f"InfluenceLoad.potential_method must be one of {list(POTENTIALS)}, "
+                             f"got {self.potential_method!r}")
 
     @property
     def potential(self) -> bool:
         """f_i = ⟨g_i, w⟩ is computed (the drift estimators)."""
         return self.estimator in ("drift", "drift_sketch")
+
+    @property
+    def steps_potential(self) -> bool:
+        """f_i from two batched forwards (``drift`` with ``potential: step``), not from a gradient."""
+        return self.estimator == "drift" and self.potential_method == "step"
 
     @property
     def sketches(self) -> bool:
@@ -234,6 +260,8 @@ def _uncached_fraction(load: InfluenceLoad, params: float) -> float:
 
 def batch_coordinate_bytes(load: InfluenceLoad, params: float) -> float:
     """c_b: bytes of memory traffic per coordinate per scored batch beyond the forward+backward (docstring)."""
+    if load.steps_potential:
+        return 0.0  # f_i comes out of the two forwards' losses
     total = POTENTIAL_BYTES if load.potential else 0.0
     if not load.sketches:
         return total
@@ -247,10 +275,13 @@ def batch_coordinate_bytes(load: InfluenceLoad, params: float) -> float:
 
 
 def chunk_coordinate_bytes(load: InfluenceLoad, in_trainer: bool = False) -> float:
-    """Bytes per coordinate once per chunk on the device: the drift w (+ the m, v copies in-trainer)."""
+    """Bytes per coordinate once per chunk on the device: the drift w (+ the m, v copies in-trainer; + θ − η·w
+    on an actor with ``potential: step``)."""
     if not load.potential:
         return MOMENTS_COPY_BYTES if in_trainer and load.adam else 0.0
-    return DRIFT_BYTES + (MOMENTS_COPY_BYTES if in_trainer else 0.0)
+    if in_trainer:
+        return DRIFT_BYTES + MOMENTS_COPY_BYTES
+    return DRIFT_BYTES + (STEP_PARAMS_BYTES if load.steps_potential else 0.0)
 
 
 # ---- time ---------------------------------------------------------------------------------------------
@@ -273,11 +304,17 @@ def fwd_bwd_sec(arch: Architecture, dev: DeviceConstants, sequences: int, ranks:
     return train_flops_per_token(arch) * sequences * arch.seq_len / (ranks * dev.peak_flops * mfu)
 
 
-def influence_batch_sec(arch: Architecture, load: InfluenceLoad, dev: DeviceConstants) -> float:
-    """t_batch(1): one scored batch on a full-replica actor (forward+backward of n, then c_b·N / bw_mem)."""
+def scoring_compute_sec(arch: Architecture, load: InfluenceLoad, dev: DeviceConstants) -> float:
+    """One scored batch's model compute on a full-replica actor: the forward+backward of its n sequences, or
+    2/3 of it for ``potential: step`` (two forwards)."""
     n = scored_sequences(arch.batch_sequences, load.sample_fraction)
+    return fwd_bwd_sec(arch, dev, n, 1) * (STEP_FLOP_SHARE if load.steps_potential else 1.0)
+
+
+def influence_batch_sec(arch: Architecture, load: InfluenceLoad, dev: DeviceConstants) -> float:
+    """t_batch(1): one scored batch on a full-replica actor (its compute, then c_b·N / bw_mem)."""
     N = param_count(arch)
-    return fwd_bwd_sec(arch, dev, n, 1) + batch_coordinate_bytes(load, N) * N / dev.memory_bytes_per_sec
+    return scoring_compute_sec(arch, load, dev) + batch_coordinate_bytes(load, N) * N / dev.memory_bytes_per_sec
 
 
 def allreduce_sec(num_bytes: float, ranks: int, dev: DeviceConstants) -> float:

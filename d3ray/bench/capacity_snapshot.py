@@ -44,9 +44,9 @@ from d3ray.bench.capacity_model import (
     allreduce_sec,
     batch_coordinate_bytes,
     chunk_coordinate_bytes,
-    fwd_bwd_sec,
     influence_batch_sec,
     scored_sequences,
+    scoring_compute_sec,
     sketch_work_memory,
     train_step_sec,
 )
@@ -182,7 +182,8 @@ class ChunkCost:
     drift_sec: float
     """w built once (the drift estimators)."""
     fwd_bwd_sec: float
-    """Per batch: the forward+backward of the n scored sequences."""
+    """Per batch: the model compute of the n scored sequences (forward+backward; two forwards, 2/3 of it,
+    for ``potential: step``)."""
     coordinate_sec: float
     """Per batch: the O(N) work (the potential's dot; with a sketch, also direction, projection, ...)."""
     batch_sec: float
@@ -199,14 +200,13 @@ class ChunkCost:
 def chunk_cost(arch: Architecture, load: InfluenceLoad, dev: DeviceConstants, ranks: int) -> ChunkCost:
     """The per-chunk breakdown of one full-replica actor scoring all L batches (G = 1)."""
     N = param_count(arch)
-    n = scored_sequences(arch.batch_sequences, load.sample_fraction)
     step = train_step_sec(arch, dev, ranks)
     nbytes = snapshot_bytes(arch, load)
     reference = reference_bytes(arch, load)
     transfer = (nbytes + reference) / dev.object_bytes_per_sec + nbytes / dev.get_bytes_per_sec
     h2d = host_to_device_bytes(arch, load) / dev.host_device_bytes_per_sec
     drift = chunk_coordinate_bytes(load) * N / dev.memory_bytes_per_sec
-    fb = fwd_bwd_sec(arch, dev, n, 1)
+    fb = scoring_compute_sec(arch, load, dev)
     coords = batch_coordinate_bytes(load, N) * N / dev.memory_bytes_per_sec
     actor = transfer + h2d + drift + load.L * (fb + coords)
     chunk = load.L * step

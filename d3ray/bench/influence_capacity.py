@@ -30,6 +30,7 @@ from d3ray.bench.capacity_in_trainer import (
 from d3ray.bench.capacity_model import (
     ESTIMATORS,
     POTENTIAL_BYTES,
+    POTENTIALS,
     DeviceConstants,
     InfluenceLoad,
     chunk_coordinate_bytes,
@@ -41,6 +42,9 @@ from d3ray.bench.capacity_snapshot import (
 from d3ray.bench.influence_setup import DEFAULT_DATA
 
 logger = logging.getLogger(__name__)
+
+MEASURED_LOAD = InfluenceLoad(potential_method="gradient")
+"""What ``capacity_measure`` times (its w and potential lines are compared with this load's bytes)."""
 
 __all__ = ["DEFAULT_TRAIN_GPUS", "add_arguments", "print_chunk_costs", "print_plans", "run"]
 
@@ -83,6 +87,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sample-fraction", type=float, default=0.125)
     parser.add_argument("--k", type=int, default=16384, help="sketch size (sketched estimators only)")
     parser.add_argument("--snapshot-dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    parser.add_argument("--potential", default="step", choices=POTENTIALS,
+                        help="how the actors get f_i with drift (DriftConfig.potential; in-trainer: always gradient)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
     from d3ray.bench import capacity_measure as measure
 
     load = InfluenceLoad(estimator=args.estimator, L=args.L, sample_fraction=args.sample_fraction, k=args.k,
-                         snapshot_bytes_per_value=2 if args.snapshot_dtype == "bfloat16" else 4)
+                         snapshot_bytes_per_value=2 if args.snapshot_dtype == "bfloat16" else 4,
+                         potential_method=args.potential)
     if args.measured:
         raw = json.loads(args.measured.read_text())["measured"]
         measured, snapshots = measure.measured_from_dict(raw), {}
@@ -248,7 +255,7 @@ def _measured_dict(m: Any, snapshots: dict[str, Any]) -> dict[str, Any]:
         row.update(potential_sec_per_coordinate=t.potential_sec_per_coordinate,
                    drift_sec_per_coordinate=t.drift_sec_per_coordinate, influence_step_ratio=t.influence_step_ratio,
                    potential_model_sec=POTENTIAL_BYTES * t.params / m.copy_bytes_per_sec,
-                   drift_model_sec=chunk_coordinate_bytes(InfluenceLoad()) * t.params / m.copy_bytes_per_sec)
+                   drift_model_sec=chunk_coordinate_bytes(MEASURED_LOAD) * t.params / m.copy_bytes_per_sec)
     out["snapshots"] = {p: asdict(s) | {"put_bytes_per_sec": s.put_bytes_per_sec, "get_bytes_per_sec": s.get_bytes_per_sec,
                                         "bytes_per_sec": s.bytes_per_sec} for p, s in snapshots.items()}
     if m.allreduce:
@@ -276,12 +283,13 @@ def _count(n: int) -> str:
 def print_measured(m: Any, snapshots: dict[str, Any], L: int = 8) -> None:
     """The measured constants, one line per model, snapshot and collective; the potential and w beside what
     the model prices them at (their bytes at the measured copy bandwidth)."""
-    print(f"\n== measured on {m.device}, {m.threads} torch thread(s); the default influence (drift, residual none)")
+    print(f"\n== measured on {m.device}, {m.threads} torch thread(s); the influence drift, residual none, with the "
+          "potential from the gradient (the forward+backward the model's influence mfu is fitted on)")
     print(f"{'model':<10}{'d':>12}{'B x T':>8}{'step s':>9}{'infl s/batch':>13}{'ratio':>7}{'fwd+bwd s':>11}"
           f"{'potential ms':>13}{'(model)':>9}{'w ms':>8}{'(model)':>9}{'load s':>8}{f'actor share L={L}':>19}")
     for t in m.models:
         pot_model = POTENTIAL_BYTES * t.params / m.copy_bytes_per_sec
-        w_model = chunk_coordinate_bytes(InfluenceLoad()) * t.params / m.copy_bytes_per_sec
+        w_model = chunk_coordinate_bytes(MEASURED_LOAD) * t.params / m.copy_bytes_per_sec
         print(f"{t.model:<10}{t.params:>12,}{f'{t.batch_size}x{t.seq_len}':>8}{t.step_sec:>9.4f}"
               f"{t.influence_sec_per_batch:>13.4f}{t.influence_step_ratio:>7.2f}{t.stats_sec_per_batch:>11.4f}"
               f"{t.potential_sec_per_batch * 1e3:>13.2f}{pot_model * 1e3:>9.2f}{t.drift_sec * 1e3:>8.2f}"

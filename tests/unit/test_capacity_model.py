@@ -66,7 +66,8 @@ DEV = DeviceConstants(
     put_bytes_per_sec=1e3, get_bytes_per_sec=2e3, host_device_bytes_per_sec=4e3, object_bytes_per_sec=1e3,
     intra_node_bytes_per_sec=1e3, inter_node_bytes_per_sec=1e2, devices_per_node=2, collective_latency_sec=0.01,
 )
-LOAD = InfluenceLoad(L=8, sample_fraction=0.125)  # the default: drift, residual none
+LOAD = InfluenceLoad(L=8, sample_fraction=0.125, potential_method="gradient")  # drift, residual none, f from g
+STEP = InfluenceLoad(L=8, sample_fraction=0.125)  # the default: the same, f from two batched forwards
 SKETCHED = InfluenceLoad(estimator="first_order", L=8, sample_fraction=0.125, k=10)
 
 
@@ -138,6 +139,21 @@ def test_capacity_model_times_of_the_hand_case():
     assert allreduce_sec(1000, 1, DEV) == 0.0
     assert allreduce_sec(1000, 2, DEV) == pytest.approx(1.0 + 0.02)  # 2·½·1000/1e3 + 2·1·0.01
     assert allreduce_sec(1000, 4, DEV) == pytest.approx(15.0 + 0.04)  # across nodes: 2·¾·1000/1e2 + 2·2·0.01
+
+
+def test_capacity_model_step_potential_of_the_hand_case():
+    """``potential: step``: two forwards (2/3 of the forward+backward), no O(N) work per batch, θ − η·w once."""
+    assert batch_coordinate_bytes(STEP, 304) == 0
+    assert chunk_coordinate_bytes(STEP) == 80 + 12 and chunk_coordinate_bytes(STEP, in_trainer=True) == 96
+    assert influence_batch_sec(HAND, STEP, DEV) == pytest.approx(22.752 * 2 / 3)  # 15.168
+    c = chunk_cost(HAND, STEP, DEV, 1)
+    assert (c.fwd_bwd_sec, c.coordinate_sec, c.batch_sec) == pytest.approx((15.168, 0.0, 15.168))
+    assert c.drift_sec == pytest.approx(92 * 304 / 2e3)  # 13.984
+    assert c.actor_sec == pytest.approx(c.transfer_sec + c.host_to_device_sec + 13.984 + 8 * 15.168)
+    # the trainers score on ZeRO-3 slices with the gradient whatever the actors' method
+    assert in_trainer_wait_sec(HAND, STEP, DEV, 2) == pytest.approx(in_trainer_wait_sec(HAND, LOAD, DEV, 2))
+    # the sketched estimators and drift with the sketched residual need g: the method changes nothing there
+    assert batch_coordinate_bytes(replace(SKETCHED, estimator="drift_sketch", potential_method="step"), 304) == 468
 
 
 def test_capacity_model_snapshot_bytes_and_publish_of_the_hand_case():
@@ -248,13 +264,15 @@ def test_capacity_model_snapshot_plan_picks_the_fewest_actors_and_refuses_what_d
         intra_node_bytes_per_sec=1e12, inter_node_bytes_per_sec=1e12, devices_per_node=8, collective_latency_sec=0.0,
     )
     wide = Architecture(**{**HAND.__dict__, "batch_sequences": 4, "micro_batch": 4})  # n = round(0.5) = 1 of 4
-    plan = snapshot_plan(wide, InfluenceLoad(), free, 1)
+    plan = snapshot_plan(wide, LOAD, free, 1)
     assert plan.actors == 1 and plan.scoring_actors == 1
     assert plan.busy_fraction == pytest.approx(0.25, rel=1e-6)
+    # potential: step, two forwards: 2/3 of it
+    assert snapshot_plan(wide, STEP, free, 1).busy_fraction == pytest.approx(0.25 * 2 / 3, rel=1e-6)
     # Slower influence: a batch costs 2, 4, 8 steps, so ⌈8/G⌉ batches fit the 8-step chunk from G = 2, 4, 8;
     # at 16 steps a batch even 8 actors (one batch each) finish a chunk late.
     for mfu, actors in ((1 / 8, 2), (1 / 16, 4), (1 / 32, 8), (1 / 64, None)):
-        plan = snapshot_plan(wide, InfluenceLoad(), DeviceConstants(**{**free.__dict__, "mfu_influence": mfu}), 1)
+        plan = snapshot_plan(wide, LOAD, DeviceConstants(**{**free.__dict__, "mfu_influence": mfu}), 1)
         assert (plan.actors, plan.scoring_actors) == (actors, actors)
     assert "still finish late" in plan.reason
     tiny_gpu = DeviceConstants(**{**free.__dict__, "memory_bytes": 100.0})
