@@ -128,7 +128,7 @@ def batched_potentials(
             logits = logits_fn(p, inputs)
             token = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
                                     ignore_index=IGNORE_INDEX, reduction="none")
-            return token.reshape(len(owners), -1).sum(dim=1)  # (rows,) summed token losses
+            return token.reshape(inputs.shape[0], -1).sum(dim=1)  # (rows,) summed token losses
 
         if method == "jvp":
             with sdpa_kernel(SDPBackend.MATH):
