@@ -13,6 +13,7 @@ step itself, (ℓ_i(θ) − ℓ_i(θ − η·w)) / η (two plain forwards).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Sequence
@@ -131,7 +132,7 @@ def batched_potentials(
             return token.reshape(inputs.shape[0], -1).sum(dim=1)  # (rows,) summed token losses
 
         if method == "jvp":
-            with sdpa_kernel(SDPBackend.MATH):
+            with sdpa_kernel(SDPBackend.MATH), _builtin_linear():
                 sums, derivative = jvp(row_losses, (primal,), (tangent,))
         else:
             with torch.no_grad():
@@ -143,6 +144,26 @@ def batched_potentials(
     with np.errstate(invalid="ignore", divide="ignore"):
         nothing = np.where(count > 0, 1.0, np.nan)  # a batch with no scored position: NaN, as its mean loss
         return loss_sum / np.maximum(count, 1) * nothing, potential_sum / np.maximum(count, 1) * nothing
+
+
+@contextlib.contextmanager
+def _builtin_linear():
+    """``torch.nn.functional.linear`` as PyTorch ships it, for the duration of a forward-mode pass.
+
+    DeepSpeed's ZeRO-3 ``Init`` replaces it process-wide with an autograd.Function that has no forward-mode
+    rule ("This will persist unless manually reset"), e.g. in a process that trained a ZeRO-3 engine before
+    it scores (a census worker, a test session). The influence model is a plain module, so its pass takes
+    the builtin and the replacement is put back afterwards.
+    """
+    current = F.linear
+    if current is torch._C._nn.linear:
+        yield
+        return
+    F.linear = torch._C._nn.linear
+    try:
+        yield
+    finally:
+        F.linear = current
 
 
 def _passes(objectives: Sequence[CrossEntropyObjective], tokens_per_pass: int):

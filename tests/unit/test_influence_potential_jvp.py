@@ -117,3 +117,45 @@ def test_drift_config_refuses_unknown_potential_and_empty_passes():
     with pytest.raises(ValueError, match="drift.tokens_per_pass"):
         DriftConfig(tokens_per_pass=0)
     assert DriftConfig().batches_potential and not DriftConfig(residual="sketch").batches_potential
+
+
+def test_jvp_runs_where_deepspeed_zero3_replaced_functional_linear(monkeypatch):
+    """ZeRO-3 swaps F.linear for an autograd.Function without a forward-mode rule, process-wide; the
+    influence model's pass takes the builtin and leaves the swap in place."""
+    import torch.nn.functional as F
+
+    class NoForwardMode(torch.autograd.Function):  # like deepspeed's LinearFunctionForZeroStage3
+        @staticmethod
+        def forward(x, weight, bias=None):
+            return torch._C._nn.linear(x, weight, bias)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise NotImplementedError
+
+    def replaced(x, weight, bias=None):
+        return NoForwardMode.apply(x, weight, bias)
+
+    monkeypatch.setattr(F, "linear", replaced)
+    config = InfluenceConfig(preconditioner="adam", dtype="float64", device="cpu", sample_fraction=0.5, seed=2)
+    worker = InfluenceWorker(MODEL, config)
+    state = _state(worker)
+    params = worker.leaves()
+    w = drift_direction(params, state, state.tensors(params, torch.device("cpu"), torch.float64))
+    objectives = [worker.objective(b, i) for i, b in enumerate(_batches()[:2])]
+    with pytest.raises(NotImplementedError, match="jvp"):  # what the replacement does to forward mode by itself
+        torch.func.jvp(lambda x: F.linear(x, torch.ones(2, 2, dtype=torch.float64)),
+                       (torch.ones(2, dtype=torch.float64),), (torch.ones(2, dtype=torch.float64),))
+
+    _, f = batched_potentials(objectives, params, w, 4096, "jvp")
+
+    for i, obj in enumerate(objectives):
+        with monkeypatch.context() as m:
+            m.setattr(F, "linear", torch._C._nn.linear)
+            st = gradient_statistics(obj, params)
+        assert f[i] == pytest.approx(batch_potential(st.grad, w), rel=1e-9)
+    assert F.linear is replaced
