@@ -76,7 +76,7 @@ def unigram_figures(plan: ComparePlan, records: list[RunRecord]) -> dict[str, fl
         cfg = configs.get(r.run_dir.name)
         if r.compute is None or cfg is None:
             continue
-        key = figures_key(cfg)
+        key = figures_key(cfg, plan.report_dir)
         if key is None:
             return {}
         if cache.is_file():

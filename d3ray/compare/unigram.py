@@ -17,6 +17,7 @@ training data):
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -117,21 +118,27 @@ def validation_sources(cfg: Any) -> tuple[list[str], list[str], Path] | None:
     return train, validation, tokenizer
 
 
-def figures_key(cfg: Any) -> dict[str, Any] | None:
+def figures_key(cfg: Any, base: Path) -> dict[str, Any] | None:
     """What a run's unigram figures depend on, to key their cache (the report's ``unigram.json``): the data
     (train and validation paths, sequence length, sequences per domain) and the tokenizer (its directory
     and the SHA-256 of its ``tokenizer.json``, so that a tokenizer retrained in place counts as another).
-    None where the run has no figures."""
+    Paths are relative to ``base`` (the report directory), so a committed report names no machine's
+    absolute path and its cache holds in another checkout of the same layout. None where the run has no
+    figures."""
     import hashlib
 
     sources = validation_sources(cfg)
     if sources is None:
         return None
     train, validation, tokenizer = sources
-    return {"train_paths": [str(Path(p).resolve()) for p in train],
-            "validation_paths": [str(Path(p).resolve()) for p in validation],
+    base = Path(base).resolve()
+
+    def rel(path: str | Path) -> str:
+        return Path(os.path.relpath(Path(path).resolve(), base)).as_posix()
+
+    return {"train_paths": [rel(p) for p in train], "validation_paths": [rel(p) for p in validation],
             "seq_len": int(cfg.data.seq_len), "max_sequences_per_domain": cfg.eval.max_sequences_per_domain,
-            "tokenizer": str(tokenizer.resolve()),
+            "tokenizer": rel(tokenizer),
             "tokenizer_sha256": hashlib.sha256((tokenizer / "tokenizer.json").read_bytes()).hexdigest()}
 
 

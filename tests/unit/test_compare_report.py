@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 
@@ -118,8 +119,9 @@ def test_report_unigram_cache_is_recomputed_for_other_data(tmp_path):
         records = run_records(plan, run_grid(plan))
         figures.append(unigram_figures(plan, records))
         cached = json.loads((plan.report_dir / "unigram.json").read_text())
-        assert cached["key"] == figures_key(plan.runs[0].config) and cached["key"]["train_paths"] == [
-            str((data_dir / "train").resolve())]
+        assert cached["key"] == figures_key(plan.runs[0].config, plan.report_dir)
+        assert cached["key"]["train_paths"] == [f"../../corpus{seed}/{(data_dir / 'train').relative_to(tmp_path / f'corpus{seed}').as_posix()}"]
+        assert not any(Path(p).is_absolute() for p in cached["key"]["train_paths"] + [cached["key"]["tokenizer"]])
         assert cached["figures"] == figures[-1] == run_validation_figures(plan.runs[0].config)
         assert unigram_figures(plan, records) == figures[-1]  # the same data again: read from the cache
     assert figures[0] != figures[1]
