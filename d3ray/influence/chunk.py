@@ -226,7 +226,7 @@ def sketch_chunk(
         for stat, vec in row.items():
             mats[stat][r] = vec.detach().cpu().numpy()
     ref_id = cv.reference_id if cv is not None else "none"
-    sketch_id = stable_seed(repr(config.sketch), config.param_filter, config.preconditioner, sorted(params))
+    sketch_id = _sketch_id(config, params)
     return BatchSketches(
         batch_ids=list(batch_ids),
         G=mats["g"],
@@ -246,6 +246,12 @@ def sketch_chunk(
         means=means if return_means else None,
         potential=f if potential else None,
     )
+
+
+def _sketch_id(config: InfluenceConfig, params: Params) -> int:
+    """What P depends on (sketch config, parameter filter, preconditioner, names): parts with other ids
+    do not merge."""
+    return stable_seed(repr(config.sketch), config.param_filter, config.preconditioner, sorted(params))
 
 
 def potential_chunk(
@@ -281,7 +287,7 @@ def potential_chunk(
         logger.warning("influence: the AdamW drift potential is zero for every batch (no momentum or weight "
                        "decay yet?): S is zero")
     empty = np.zeros((len(batch_ids), 0), dtype=np.float64 if config.dtype == "float64" else np.float32)
-    sketch_id = stable_seed(repr(config.sketch), config.param_filter, config.preconditioner, sorted(params))
+    sketch_id = _sketch_id(config, params)
     seconds = time.perf_counter() - start
     return BatchSketches(
         batch_ids=list(batch_ids), G=empty, Q=None, H=None, U=empty.copy(), step_size=float(optimizer.lr),
