@@ -15,6 +15,10 @@ that on the scheduler. The figures pool every step and token of the repeats:
                              as a ratio of medians (robust to the box's spikes) and per repeat (spread)
     influence_sec / solver_sec per chunk, fallback count (D3)
     snapshot_bytes per chunk and its dtype (schedulers that read weights; ``schedule.snapshot_dtype``)
+    cpu_share              = per process role (trainers, influence actor, coordinator, driver, Ray), the
+                             share of the box's cores it used over each whole run (setup included):
+                             what the scheduler's actors take and what it costs the trainers beyond
+                             that (``d3ray/bench/cpu_share.py``; Linux only)
 
 The scheduler runs with the run config's defaults for it (D3: ``d3ray.config.FIRST_RUN_SCHEDULE``, the
 influence defaults: drift with ``residual: none`` and the AdamW step, the exact potential of 1/8 of each
@@ -35,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from d3ray.bench.cpu_share import pool_cpu_shares
 
 logger = logging.getLogger(__name__)
 
@@ -174,6 +180,7 @@ def pool_summaries(runs: list[dict[str, Any]]) -> dict[str, Any]:
         step_secs=steps, mean_step_sec=float(np.mean(steps)), median_step_sec=float(np.median(steps)),
         step_sec_by_chunk_position=[float(np.mean(v)) if (v := [t for t in p if t is not None]) else None
                                     for p in positions],
+        cpu_share=pool_cpu_shares([r.get("cpu_share", {}) for r in runs]),
         runs=runs,
     )
     return out
@@ -231,6 +238,7 @@ def repeat_order(repeats: int) -> list[tuple[int, bool]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from d3ray.bench.cpu_share import CpuShare
     from d3ray.cluster import start_ray, worker_env
     from d3ray.config_loading import to_dict
 
@@ -253,8 +261,9 @@ def run(args: argparse.Namespace) -> int:
             runs = [(base_label, pairs[i][0]), (label, pairs[i][1])]
             for lab, cfg in reversed(runs) if sched_first else runs:
                 print(f"== {cfg.name} (repeat {i + 1}/{repeats}): {steps} steps, L={L}", flush=True)
-                final = run_pretrain(cfg)
-                per_run[lab].append(_summarise(cfg.run_dir, final, L))
+                with CpuShare() as share:
+                    final = run_pretrain(cfg)
+                per_run[lab].append({**_summarise(cfg.run_dir, final, L), "cpu_share": share.summary()})
     finally:
         if owns_ray:
             import ray
@@ -282,6 +291,12 @@ def run(args: argparse.Namespace) -> int:
     for key in ("tokens_per_sec", "steady_tokens_per_sec", "mean_step_sec", "median_step_sec", "train_seconds",
                 "trainer_wait_fraction", "final_loss"):
         print(f"{key:<24}{base[key]:>14.4g}{mine[key]:>14.4g}")
+    for lab in (base_label, label):
+        share = results[lab].get("cpu_share") or {}
+        if share:
+            roles = ", ".join(f"{role} {v:.1%}" for role, v in share["by_role"].items() if v >= 0.005)
+            print(f"{lab} CPU, share of the box's {share['cpus']} cores over the whole runs: busy {share['busy']:.1%}: "
+                  f"{roles}")
     for lab in (base_label, label):
         profile = " ".join("-" if t is None else f"{t:.3f}" for t in results[lab]["step_sec_by_chunk_position"])
         print(f"{lab} step seconds by position in chunk: {profile}")

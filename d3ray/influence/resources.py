@@ -10,18 +10,25 @@ actors ask here instead of probing:
   exactly its GPUs visible, so ``cuda:0`` is its own) and ``cpu`` when it holds none; outside a Ray
   actor (tests, benchmarks) ``cuda`` when one is available. An explicit device is taken as given.
 - :func:`actor_threads`: the CPUs this Ray actor reserved (at least 1); outside an actor, torch's own count.
+- :func:`lower_priority` / :func:`cpu_priority`: how a background actor yields the cores it shares with
+  the trainers (OS niceness, or Linux's ``SCHED_IDLE`` policy), and how to read it back.
 
 Nothing here imports Ray: a process that has not imported it is not a Ray actor.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 import sys
 
 import torch
 
-__all__ = ["actor_device", "actor_resources", "actor_threads", "device_for_resources"]
+__all__ = ["actor_device", "actor_resources", "actor_threads", "cpu_priority", "device_for_resources",
+           "lower_priority"]
+
+logger = logging.getLogger(__name__)
 
 
 def actor_resources() -> dict[str, float] | None:
@@ -57,3 +64,49 @@ def actor_threads() -> int:
     if resources is None:
         return torch.get_num_threads()
     return max(1, math.floor(resources.get("CPU", 1.0)))
+
+
+def lower_priority(nice: int = 0, idle: bool = False) -> None:
+    """Run this process at OS niceness ``nice`` at least (raised to it, never lowered) and, with
+    ``idle``, under Linux's ``SCHED_IDLE`` policy: its threads then run only on a core no other
+    thread wants (CFS weight 3 against 36 for a Ray worker at niceness 15, 15 at niceness 19).
+
+    Both apply to every thread of the process (Linux keeps them per thread; threads created later
+    inherit them from their creator). Where ``SCHED_IDLE`` does not exist (not Linux) a warning says
+    so and the niceness alone applies.
+    """
+    current = os.nice(0)
+    if nice > current:
+        os.nice(nice - current)  # the calling thread; the loop below lifts the others to it
+    threads = _threads()
+    for tid in threads:
+        try:
+            if os.getpriority(os.PRIO_PROCESS, tid) < nice:
+                os.setpriority(os.PRIO_PROCESS, tid, nice)
+        except OSError:  # the thread ended meanwhile
+            pass
+    if not idle:
+        return
+    if not hasattr(os, "SCHED_IDLE"):
+        logger.warning("SCHED_IDLE is Linux-only: this actor runs at niceness %d instead", max(nice, current))
+        return
+    for tid in threads:
+        try:
+            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+        except OSError:
+            pass
+
+
+def cpu_priority() -> str:
+    """This process's CPU priority as :func:`lower_priority` sets it: ``"idle"`` or ``"nice N"``."""
+    if hasattr(os, "SCHED_IDLE") and os.sched_getscheduler(0) == os.SCHED_IDLE:
+        return "idle"
+    return f"nice {os.nice(0)}"
+
+
+def _threads() -> list[int]:
+    """The thread ids of this process (Linux), or just its own id elsewhere."""
+    try:
+        return [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        return [0]

@@ -27,6 +27,7 @@ from d3ray.cluster import size_tokenizers, start_ray, worker_env
 from d3ray.config import RunConfig
 from d3ray.config_loading import to_dict
 from d3ray.errors import UserError
+from d3ray.influence.resources import cpu_priority
 from d3ray.run_files import FINAL_METRICS, log_to_file, read_jsonl, stderr_to_file, stop_logging_to_file
 from d3ray.train.latest import latest_pointer_callback
 from d3ray.train.preflight import check_cluster, check_environment
@@ -226,7 +227,7 @@ def schedule_summary(run_dir: Path) -> dict[str, Any]:
 
 def write_placement(run_dir: Path, coordinator: Any, scheduler: Any) -> None:
     """``placement.json``: the node id of the coordinator and of every actor the scheduler started,
-    by role, and each actor's OS niceness (``schedule.influence_nice``)."""
+    by role, and each actor's OS niceness and CPU priority (``schedule.influence_nice`` / ``influence_idle``)."""
     import ray
 
     def ask(actor: Any, fn: Any) -> Any:
@@ -243,6 +244,7 @@ def write_placement(run_dir: Path, coordinator: Any, scheduler: Any) -> None:
     for role, actors in scheduler.actors().items():
         placement[role] = [ask(a, lambda: ray.get_runtime_context().get_node_id()) for a in actors]
         placement[f"{role}_nice"] = [ask(a, lambda: os.nice(0)) for a in actors]
+        placement[f"{role}_priority"] = [ask(a, cpu_priority) for a in actors]
     (run_dir / "placement.json").write_text(json.dumps(placement, indent=2))
 
 

@@ -3,6 +3,8 @@ equal training tokens enforced with an error naming the arm and the key, bad arm
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from d3ray.compare.config import CompareConfig
@@ -94,3 +96,22 @@ def test_finished_run_with_another_config_is_refused(tmp_path):
     (spec.run_dir / "config.yaml").write_text(yaml.safe_dump(saved))
     with pytest.raises(ConfigError, match=r"run random-s0 .* another config \(train.steps differ\)"):
         check_unchanged(spec)
+
+
+def test_finished_run_predating_a_key_reads_it_as_the_default(tmp_path, capsys):
+    import yaml
+
+    from d3ray.compare.grid import check_unchanged
+    from d3ray.config_loading import to_dict
+
+    plan = build_plan(compare_config(tmp_path, [{"name": "random", "set": {"schedule.type": "random"}}]))
+    spec = plan.runs[0]
+    spec.run_dir.mkdir(parents=True)
+    saved = to_dict(spec.config)
+    del saved["train"]["min_lr_ratio"]  # written before the key existed
+    (spec.run_dir / "config.yaml").write_text(yaml.safe_dump(saved))
+    check_unchanged(spec)
+    assert "predates train.min_lr_ratio; read as today's defaults" in capsys.readouterr().out
+    train = dataclasses.replace(spec.config.train, min_lr_ratio=0.5)  # the plan asks for a non-default value
+    with pytest.raises(ConfigError, match=r"train.min_lr_ratio differ"):
+        check_unchanged(dataclasses.replace(spec, config=dataclasses.replace(spec.config, train=train)))

@@ -1,8 +1,11 @@
 """Influence and scoring actors use what they reserved (d3ray/influence/resources.py): the device from
 their Ray resources, not from what the process can see; and the attention kernel from what the
-estimator differentiates (d3ray/influence/worker.py)."""
+estimator differentiates (d3ray/influence/worker.py). A background actor's lowered CPU priority
+reaches every thread of its process."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
@@ -10,7 +13,7 @@ import transformers
 
 from d3ray.influence.config import InfluenceConfig
 from d3ray.influence.estimators import EstimatorConfig
-from d3ray.influence.resources import device_for_resources
+from d3ray.influence.resources import cpu_priority, device_for_resources, lower_priority
 from d3ray.influence.worker import InfluenceWorker, influence_attention
 
 MODEL = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64, n_positions=16).to_dict()
@@ -56,3 +59,37 @@ def test_influence_worker_first_order_builds_the_trainers_sdpa_model():
     hutchinson = InfluenceWorker(MODEL, InfluenceConfig(estimator=EstimatorConfig.lookup("hutchinson")()),
                                  attn_implementation="sdpa")
     assert hutchinson.model.config._attn_implementation == "eager"
+
+
+def _lowered_priority(nice: int, idle: bool, queue) -> None:
+    """In a child process (the change cannot be undone): lower, then report every thread's state."""
+    import os
+    import threading
+
+    started, stop = threading.Event(), threading.Event()
+    thread = threading.Thread(target=lambda: (started.set(), stop.wait()))  # a thread that exists before
+    thread.start()
+    started.wait()
+    lower_priority(nice, idle)
+    threads = [int(t) for t in os.listdir("/proc/self/task")]
+    queue.put((cpu_priority(), sorted({os.getpriority(os.PRIO_PROCESS, t) for t in threads}),
+               sorted({os.sched_getscheduler(t) for t in threads})))
+    stop.set()
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux-only")
+@pytest.mark.parametrize("idle", [False, True])
+def test_lower_priority_reaches_every_thread(idle):
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_lowered_priority, args=(7, idle, queue))
+    child.start()
+    label, nices, policies = queue.get(timeout=60)
+    child.join(timeout=60)
+    assert nices == [7], "every thread, not just the caller, runs at the niceness"
+    if idle:
+        assert label == "idle" and policies == [os.SCHED_IDLE]
+    else:
+        assert label == "nice 7" and policies == [os.SCHED_OTHER]

@@ -22,7 +22,6 @@ actor recomputes the same thing (RAY_NOTES section 4). ``A`` and ``S`` follow AR
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -34,6 +33,7 @@ from d3ray.data.chunker import Chunk
 from d3ray.data.labels import lm_labels
 from d3ray.influence.config import InfluenceConfig
 from d3ray.influence.estimators import EstimatorConfig
+from d3ray.influence.resources import lower_priority
 from d3ray.influence.worker import InfluenceWorker
 from d3ray.lora import LoraConfig
 from d3ray.ray_refs import Deadline, result_by_deadline
@@ -58,10 +58,9 @@ class ChunkInfluenceWorker(InfluenceWorker):
     """An InfluenceWorker that reads the chunk's ``GlobalBatch`` objects by reference."""
 
     def __init__(self, model_config: dict[str, Any], config: InfluenceConfig, run_dir: str | None,
-                 index: int, nice: int = 0, lora: LoraConfig | None = None, attn_implementation: str = "eager") -> None:
-        current = os.nice(0)
-        if nice > current:  # background priority: yield the cores to the trainers (D3ScheduleConfig.influence_nice)
-            os.nice(nice - current)
+                 index: int, nice: int = 0, lora: LoraConfig | None = None, attn_implementation: str = "eager",
+                 idle: bool = False) -> None:
+        lower_priority(nice, idle)  # background priority: yield the cores to the trainers (influence_nice/_idle)
         if run_dir is not None:
             route_logs_to_run_dir(run_dir, f"influence-{index}")
         super().__init__(model_config, config, lora, attn_implementation)
@@ -163,7 +162,7 @@ class D3Scheduler(SchedulerBase):
         self.influence_actors = [] if cfg.in_trainer else [  # in_trainer: the trainers sketch (context.influence)
             remote.options(name=f"d3ray:{ctx.run_name}:influence:{i}", get_if_exists=False, **opts)
             .remote(ctx.model_config, cfg.influence, ctx.run_dir, i, cfg.influence_nice, ctx.model.lora,
-                    ctx.model.attn_implementation)
+                    ctx.model.attn_implementation, cfg.influence_idle)
             for i in range(cfg.influence_actors)
         ]
         self.solver_pool = cfg.solver_pool.build(cfg.solver, run_dir=ctx.run_dir)
