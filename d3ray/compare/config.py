@@ -46,6 +46,11 @@ class ArmConfig:
     label: str = ""
     """What the arm is, in words, printed beside its name in the report (e.g. ``paper-faithful D3: plain
     step, Hutchinson, k = 3500, L = 60``)."""
+    control: str | None = None
+    """Another arm this one is also paired against, beside the baseline: its own control where it
+    differs from the baseline in more than the method (the paper-faithful D3 at L = 60 against random
+    order at L = 60: reordering larger windows moves the loss by itself). Holm-adjusted over the arms
+    that name a control."""
 
     def __post_init__(self) -> None:
         if not ARM_NAME.match(self.name or ""):
@@ -153,6 +158,9 @@ class CompareConfig:
             raise ValueError(f"confidence={self.confidence} must be in (0.5, 1)")
         if self.aa_arm is not None and (self.aa_arm not in names or self.aa_arm == self.baseline):
             raise ValueError(f"aa_arm={self.aa_arm!r} must be an arm other than the baseline; arms: {names}")
+        for arm in self.arms:
+            if arm.control is not None and (arm.control not in names or arm.control == arm.name):
+                raise ValueError(f"arm {arm.name!r}: control={arm.control!r} must be another arm; arms: {names}")
         if self.trunk.steps < 0:
             raise ValueError(f"trunk.steps={self.trunk.steps} must be >= 0")
         if self.trunk.arm is not None and self.trunk.arm not in names:
@@ -164,7 +172,7 @@ class CompareConfig:
 
     def only_arms(self, names: list[str]) -> CompareConfig:
         """This grid with only the arms ``names`` (``d3ray compare --only-arms``), in the file's order; the A/A arm
-        is dropped when it is not among them.
+        and an arm's control are dropped when they are not among them.
 
         Raises:
             ConfigError: a name that is no arm, or a subset without the baseline (or the trunk's arm).
@@ -176,5 +184,5 @@ class CompareConfig:
         for role, arm in (("baseline", self.baseline), ("trunk.arm", self.trunk.arm)):
             if arm is not None and arm not in names:
                 raise ConfigError(f"--only-arms must include the {role} arm {arm!r} (every arm is compared with it)")
-        return dataclasses.replace(self, arms=[a for a in self.arms if a.name in names],
-                                   aa_arm=self.aa_arm if self.aa_arm in names else None)
+        arms = [a if a.control in names else dataclasses.replace(a, control=None) for a in self.arms if a.name in names]
+        return dataclasses.replace(self, arms=arms, aa_arm=self.aa_arm if self.aa_arm in names else None)

@@ -36,8 +36,9 @@ def write_report(plan: ComparePlan, outcomes: list[RunOutcome], command: str = "
     cfg = plan.compare
     primary = primary_metric(plan)
     metrics = report_metrics(values, primary, cfg.metric)
+    controls = {a.name: a.control for a in cfg.arms if a.control is not None}
     results = {m: compare_metric(m, values[m], arm_ses(records, m), plan.arms, plan.methods, cfg.baseline,
-                                 cfg.confidence) for m in metrics}
+                                 cfg.confidence, controls) for m in metrics}
     entropy = unigram_figures(plan, records)
     from d3ray.compare.plots import write_plots
 

@@ -19,8 +19,9 @@ from d3ray.run_files import display_path
 
 CSV_FIELDS = ["metric", "arm", "kind", "best_baseline", "n", "mean", "std", "eval_se", "diff_vs_baseline",
               "rel_change_pct", "ci_low", "ci_high", "boot_low", "boot_high", "p_value", "p_holm", "wins", "verdict",
-              "diff_vs_best_baseline", "p_vs_best_baseline", "verdict_vs_best_baseline", "std_diff",
-              "seeds_for_power_observed", "seeds_for_power_paper"]
+              "diff_vs_best_baseline", "p_vs_best_baseline", "verdict_vs_best_baseline", "control", "diff_vs_control",
+              "ci_low_vs_control", "ci_high_vs_control", "p_vs_control", "p_holm_vs_control", "verdict_vs_control",
+              "std_diff", "seeds_for_power_observed", "seeds_for_power_paper"]
 
 
 def results_csv(results: dict[str, list[ArmResult]], power: float = 0.8, confidence: float = 0.95) -> str:
@@ -29,7 +30,7 @@ def results_csv(results: dict[str, list[ArmResult]], power: float = 0.8, confide
     writer.writeheader()
     for metric, rows in results.items():
         for r in rows:
-            c, b = r.vs_baseline, r.vs_best_baseline
+            c, b, k = r.vs_baseline, r.vs_best_baseline, r.vs_control
             writer.writerow(_clean({
                 "metric": metric, "arm": r.arm, "kind": "method" if r.method else "baseline",
                 "best_baseline": r.arm == r.best_baseline, "n": r.summary.n, "mean": r.summary.mean,
@@ -40,7 +41,11 @@ def results_csv(results: dict[str, list[ArmResult]], power: float = 0.8, confide
                 "wins": c and c.wins,
                 "verdict": c.verdict if c else "baseline",
                 "diff_vs_best_baseline": b and b.mean_diff, "p_vs_best_baseline": b and b.p_value,
-                "verdict_vs_best_baseline": b.verdict if b else "", "std_diff": c and c.std_diff,
+                "verdict_vs_best_baseline": b.verdict if b else "", "control": r.control or "",
+                "diff_vs_control": k and k.mean_diff, "ci_low_vs_control": k and k.ci_low,
+                "ci_high_vs_control": k and k.ci_high, "p_vs_control": k and k.p_value,
+                "p_holm_vs_control": k and k.p_holm, "verdict_vs_control": k.verdict if k else "",
+                "std_diff": c and c.std_diff,
                 "seeds_for_power_observed": c and seeds_for_power(c.mean_diff, c.std_diff, power, 1 - confidence),
                 "seeds_for_power_paper": c and metric.split("@")[0].endswith("loss") and seeds_for_power(
                     PAPER_EFFECT_NATS, c.std_diff, power, 1 - confidence) or None}))

@@ -127,6 +127,11 @@ def results_markdown(plan: ComparePlan, records: list[RunRecord], results: dict[
                     vs_best = ArmResult(metric, r.arm, r.method, r.summary, r.eval_se, r.vs_best_baseline)
                     lines.append(f"  Against the best baseline **{r.best_baseline}**: "
                                  f"{sentence(vs_best, r.best_baseline, best_mean, cfg.confidence, power)}.")
+                if r.vs_control is not None and r.control is not None:
+                    control_mean = next((x.summary.mean for x in results[metric] if x.arm == r.control), float("nan"))
+                    vs_control = ArmResult(metric, r.arm, r.method, r.summary, r.eval_se, r.vs_control)
+                    lines.append(f"  Against its control **{r.control}**{_label(plan, r.control)} — "
+                                 f"{sentence(vs_control, r.control, control_mean, cfg.confidence, power)}.")
         lines.append("")
     if entropy:
         final = next((x.summary.mean for x in results.get(final_metric, []) if x.arm == base), float("nan"))

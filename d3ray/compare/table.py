@@ -76,6 +76,9 @@ class ArmResult:
     vs_best_baseline: PairedComparison | None = None
     best_baseline: str | None = None
     """The leading baseline arm on this metric (the same for every row of the metric)."""
+    vs_control: PairedComparison | None = None
+    control: str | None = None
+    """The arm's own control (``ArmConfig.control``), when it names one."""
 
 
 def run_records(plan: ComparePlan, outcomes: list[RunOutcome]) -> list[RunRecord]:
@@ -158,14 +161,17 @@ def metric_values(records: list[RunRecord]) -> dict[str, dict[str, dict[int, flo
 
 
 def compare_metric(metric: str, values: dict[str, dict[int, float]], se: dict[str, list[float]], arms: list[str],
-                   methods: dict[str, bool], baseline: str, confidence: float) -> list[ArmResult]:
-    """Every arm on ``metric``: summary, eval SE, paired comparison vs the baseline and vs the best baseline.
+                   methods: dict[str, bool], baseline: str, confidence: float,
+                   controls: dict[str, str] | None = None) -> list[ArmResult]:
+    """Every arm on ``metric``: summary, eval SE, paired comparison vs the baseline, vs the best baseline
+    and vs its own control.
 
     Args:
         values: arm → seed → value.
         se: arm → the eval's standard errors of its runs (may be empty).
-        arms: in report order; methods: arm → is a method (else a baseline).
+        arms: in report order; methods: arm → is a method (else a baseline); controls: arm → its control arm.
     """
+    controls = controls or {}
     lower = lower_is_better(metric)
     base = values.get(baseline, {})
     summaries = {arm: summarize(values.get(arm, {})) for arm in arms}
@@ -178,12 +184,17 @@ def compare_metric(metric: str, values: dict[str, dict[int, float]], se: dict[st
         vs_best = None
         if methods.get(arm) and best is not None and best != baseline:
             vs_best = paired_comparison(values.get(arm, {}), values.get(best, {}), lower, confidence)
+        control = controls.get(arm)
+        vs_control = (paired_comparison(values.get(arm, {}), values.get(control, {}), lower, confidence)
+                      if control is not None else None)
         out.append(ArmResult(metric, arm, bool(methods.get(arm)), summaries[arm],
-                             sum(ses) / len(ses) if ses else float("nan"), vs, vs_best, best))
+                             sum(ses) / len(ses) if ses else float("nan"), vs, vs_best, best, vs_control, control))
     # several arms are several tests: Holm over the metric's comparisons (each family on its own)
     vs_all = holm_verdicts([r.vs_baseline for r in out], confidence)
     vs_best_all = holm_verdicts([r.vs_best_baseline for r in out], confidence)
-    return [replace(r, vs_baseline=v, vs_best_baseline=b) for r, v, b in zip(out, vs_all, vs_best_all, strict=True)]
+    vs_control_all = holm_verdicts([r.vs_control for r in out], confidence)
+    return [replace(r, vs_baseline=v, vs_best_baseline=b, vs_control=c)
+            for r, v, b, c in zip(out, vs_all, vs_best_all, vs_control_all, strict=True)]
 
 
 def arm_ses(records: list[RunRecord], metric: str) -> dict[str, list[float]]:

@@ -116,3 +116,21 @@ def test_compare_metric_several_arms_reports_holm_verdicts():
     # three comparisons: a 0.00332·3 = 0.00995 stays better; b 0.03709·2 = 0.0742 is no longer called
     assert (by["a"].verdict, by["b"].verdict, by["c"].verdict) == (BETTER, TIE, TIE)
     assert by["b"].p_holm == pytest.approx(0.07417, abs=2e-5) and by["b"].p_value == pytest.approx(0.03709, abs=2e-5)
+
+
+def test_an_arms_control_is_paired_against_it_and_holm_adjusted_on_its_own():
+    from d3ray.compare.table import compare_metric
+
+    # "wide" is the method at another window; "wide-random" its control: the method's Δ against the
+    # baseline mixes the window's effect into it, against its control it does not
+    values = {"random": {0: 5.00, 1: 5.10, 2: 5.20}, "wide-random": {0: 4.90, 1: 5.00, 2: 5.10},
+              "wide": {0: 4.89, 1: 4.99, 2: 5.095}, "b": {0: 5.01, 1: 5.11, 2: 5.21}}
+    rows = compare_metric("eval/mean_loss", values, {}, ["random", "wide-random", "wide", "b"], {"wide": True},
+                          "random", 0.95, controls={"wide": "wide-random"})
+    by = {r.arm: r for r in rows}
+    assert by["wide"].control == "wide-random"
+    assert by["wide"].vs_baseline.mean_diff == pytest.approx(-0.325 / 3, abs=1e-12)  # (-0.11 -0.11 -0.105)/3
+    assert by["wide"].vs_control.mean_diff == pytest.approx(-0.025 / 3, abs=1e-12)  # (-0.01 -0.01 -0.005)/3
+    assert by["wide"].vs_control.n == 3 and by["wide"].vs_control.family == 1  # one arm names a control
+    assert by["b"].vs_control is None and by["b"].control is None
+    assert by["wide"].vs_control.p_holm == pytest.approx(by["wide"].vs_control.p_value)

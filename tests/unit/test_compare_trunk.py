@@ -54,6 +54,16 @@ def test_compare_config_aa_arm_must_be_another_arm():
         from_dict(CompareConfig, {"arms": ARMS[:2], "aa_arm": "random"})
 
 
+def test_compare_config_an_arms_control_must_be_another_arm_and_is_dropped_with_it(tmp_path):
+    with pytest.raises(ValueError, match="arm 'reverse': control='nope' must be another arm"):
+        from_dict(CompareConfig, {"arms": [*ARMS[:2], {**ARMS[2], "control": "nope"}]})
+    with pytest.raises(ValueError, match="arm 'aa': control='aa'"):
+        from_dict(CompareConfig, {"arms": [ARMS[0], {**ARMS[1], "control": "aa"}]})
+    cfg = compare_config(tmp_path, 16, [*ARMS[:2], {**ARMS[2], "control": "aa"}])
+    assert cfg.only_arms(["random", "reverse"]).arms[1].control is None  # its control not run: no pairing
+    assert cfg.only_arms(["random", "aa", "reverse"]).arms[2].control == "aa"
+
+
 def test_only_arms_keeps_the_named_arms_and_the_plan_runs_only_them(tmp_path):
     cfg = compare_config(tmp_path, 16)
     subset = cfg.only_arms(["reverse", "random"])
