@@ -97,7 +97,7 @@ def test_gpt2_variance_reduced_comparison_builds_every_run_and_fits_one_gpu(tmp_
                       [f"--output_dir={tmp_path}"])
     plan = build_plan(cfg)
     runs = [r for r in plan.runs] + list(plan.trunks.values())
-    assert len(runs) == 11 * 8 + 8 and all(r.config is not None for r in runs)
+    assert len(runs) == 12 * 8 + 8 and all(r.config is not None for r in runs)
     for run in runs:
         assert cluster_problems(run.config, [1.0]) == [], run.name
     assert {r.config.model.preset for r in runs} == {"gpt2-124m"}
