@@ -27,10 +27,12 @@ TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 def role_of(cmdline: str) -> str:
     """The role of a process from its command line: the actor class of a Ray worker's title
-    (``ray::ChunkInfluenceWorker.sketch_chunk`` -> ``ChunkInfluenceWorker``), ``ray-idle`` for an
+    (``ray::ChunkInfluenceWorker.sketch_chunk`` -> ``ChunkInfluenceWorker``, also when the actor is
+    named: ``ray::d3ray:run:influence:0:ChunkInfluenceWorker``), ``ray-idle`` for an
     idle pooled worker, ``ray-system`` for Ray's own daemons, else ``other``."""
     if cmdline.startswith("ray::"):
-        name = cmdline[len("ray::"):].split()[0].split(".")[0]
+        words = cmdline[len("ray::"):].split()
+        name = words[0].split(".")[0].rsplit(":", 1)[-1] if words else ""  # a named actor: <name>:<Class>
         return "ray-idle" if name in ("IDLE", "") else name
     if any(d in cmdline for d in ("raylet", "gcs_server", "dashboard", "log_monitor", "monitor.py",
                                   "runtime_env/agent", "ray/_private")):

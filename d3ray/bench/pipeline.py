@@ -10,7 +10,10 @@ that on the scheduler. The figures pool every step and token of the repeats:
 
     throughput_ratio       = scheduler tokens/s ÷ random-order tokens/s (trainer loop wall time)
     trainer_wait_fraction  = Σ trainer wait for the next decided chunk ÷ training wall time
-                             (also without chunk 0, which cannot overlap with anything)
+                             (also without chunk 0, which cannot overlap with anything); a checkpoint's
+                             wait for the next chunk's decision (it is part of the checkpoint) counts
+    loop_seconds           = the training loop's wall time by phase: steps, chunk boundaries (feedback,
+                             weights snapshot), checkpoints, evaluations, wait, other
     step_sec_ratio         = mean step time ÷ random order's (what weighting adds to a step), also
                              as a ratio of medians (robust to the box's spikes) and per repeat (spread)
     influence_sec / solver_sec per chunk, fallback count (D3)
@@ -122,6 +125,7 @@ def _summarise(run_dir: Path, final: dict[str, Any], L: int) -> dict[str, Any]:
     first_wait = float(waits[0]) if len(waits) else 0.0
     out["first_chunk_wait_sec"] = first_wait
     out["steady_tokens_per_sec"] = out["tokens"] / max(train_s - first_wait, 1e-9)
+    out["loop_seconds"] = loop_breakdown(metrics, float(waits.sum()), train_s)
     scoring = [r["time/in_trainer_influence_sec"] for r in read_jsonl(run_dir / "metrics.jsonl")
                if r.get("time/in_trainer_influence_sec") is not None]
     publish = [r["time/snapshot_sec"] for r in read_jsonl(run_dir / "metrics.jsonl")
@@ -148,6 +152,22 @@ def _summarise(run_dir: Path, final: dict[str, Any], L: int) -> dict[str, Any]:
             mean_cost_reduction=float(np.mean(red)) if red else None,
         )
     out.update(snapshot_summary(schedule))
+    return out
+
+
+#: The training loop's phases as the trainers log them (``d3ray/train/loop.py``, rank 0's clock).
+LOOP_PHASES = {"steps": "time/step_sec", "chunk_boundary": "time/chunk_boundary_sec",
+               "checkpoint": "time/checkpoint_sec", "eval": "time/eval_sec"}
+
+
+def loop_breakdown(metrics: list[dict[str, Any]], wait_s: float, train_s: float) -> dict[str, float]:
+    """Where the training loop's wall time went: the summed seconds of each phase (steps, the chunk
+    boundary's feedback and weights snapshot, checkpoints, evaluations), the wait for decided chunks
+    (the schedule log's, a checkpoint's wait for the next decision included), and ``other`` (the rest:
+    logging, Ray calls between steps)."""
+    out = {name: float(sum(r[key] for r in metrics if r.get(key) is not None)) for name, key in LOOP_PHASES.items()}
+    out["wait"] = wait_s
+    out["other"] = train_s - sum(out.values())
     return out
 
 
@@ -181,6 +201,7 @@ def pool_summaries(runs: list[dict[str, Any]]) -> dict[str, Any]:
         step_sec_by_chunk_position=[float(np.mean(v)) if (v := [t for t in p if t is not None]) else None
                                     for p in positions],
         cpu_share=pool_cpu_shares([r.get("cpu_share", {}) for r in runs]),
+        loop_seconds={k: float(sum(r["loop_seconds"][k] for r in runs)) for k in runs[0].get("loop_seconds", {})},
         runs=runs,
     )
     return out
@@ -291,6 +312,11 @@ def run(args: argparse.Namespace) -> int:
     for key in ("tokens_per_sec", "steady_tokens_per_sec", "mean_step_sec", "median_step_sec", "train_seconds",
                 "trainer_wait_fraction", "final_loss"):
         print(f"{key:<24}{base[key]:>14.4g}{mine[key]:>14.4g}")
+    for lab in (base_label, label):
+        parts = results[lab].get("loop_seconds") or {}
+        if parts:
+            total = sum(parts.values())
+            print(f"{lab} training loop, {total:.2f} s: " + ", ".join(f"{k} {v / total:.1%}" for k, v in parts.items()))
     for lab in (base_label, label):
         share = results[lab].get("cpu_share") or {}
         if share:

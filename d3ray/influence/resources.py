@@ -67,34 +67,26 @@ def actor_threads() -> int:
 
 
 def lower_priority(nice: int = 0, idle: bool = False) -> None:
-    """Run this process at OS niceness ``nice`` at least (raised to it, never lowered) and, with
-    ``idle``, under Linux's ``SCHED_IDLE`` policy: its threads then run only on a core no other
-    thread wants (CFS weight 3 against 36 for a Ray worker at niceness 15, 15 at niceness 19).
+    """Run the calling thread at OS niceness ``nice`` at least (raised to it, never lowered) and, with
+    ``idle``, under Linux's ``SCHED_IDLE`` policy: it then runs only on a core no other thread wants
+    (CFS weight 3 against 36 for a Ray worker at niceness 15, 15 at niceness 19).
 
-    Both apply to every thread of the process (Linux keeps them per thread; threads created later
-    inherit them from their creator). Where ``SCHED_IDLE`` does not exist (not Linux) a warning says
-    so and the niceness alone applies.
+    Linux keeps both per thread, and threads created later inherit them from their creator (torch's
+    intra-op pool, created at the first parallel op). The calling thread only, on purpose: a Ray
+    actor runs its tasks on its main thread, and its other threads are Ray's own (gRPC, the object
+    store's transfers), which the coordinator and the trainers wait on; starving those slowed the
+    trainers by half in ``d3ray bench pipeline`` (2026-12-03). Where ``SCHED_IDLE`` does not exist
+    (not Linux) a warning says so and the niceness alone applies.
     """
     current = os.nice(0)
     if nice > current:
-        os.nice(nice - current)  # the calling thread; the loop below lifts the others to it
-    threads = _threads()
-    for tid in threads:
-        try:
-            if os.getpriority(os.PRIO_PROCESS, tid) < nice:
-                os.setpriority(os.PRIO_PROCESS, tid, nice)
-        except OSError:  # the thread ended meanwhile
-            pass
+        os.nice(nice - current)
     if not idle:
         return
     if not hasattr(os, "SCHED_IDLE"):
         logger.warning("SCHED_IDLE is Linux-only: this actor runs at niceness %d instead", max(nice, current))
         return
-    for tid in threads:
-        try:
-            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
-        except OSError:
-            pass
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 
 
 def cpu_priority() -> str:
@@ -102,11 +94,3 @@ def cpu_priority() -> str:
     if hasattr(os, "SCHED_IDLE") and os.sched_getscheduler(0) == os.SCHED_IDLE:
         return "idle"
     return f"nice {os.nice(0)}"
-
-
-def _threads() -> list[int]:
-    """The thread ids of this process (Linux), or just its own id elsewhere."""
-    try:
-        return [int(t) for t in os.listdir("/proc/self/task")]
-    except OSError:
-        return [0]

@@ -231,8 +231,20 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                   flush=True)
         return result
 
+    def timed_eval() -> dict[str, float]:
+        """:func:`run_eval`, its seconds logged (``time/eval_sec``: part of the training loop's wall time)."""
+        t_eval = time.perf_counter()
+        result = run_eval()
+        if is_rank0:
+            logs.log_metrics({"step": state.step, "time/eval_sec": time.perf_counter() - t_eval})
+        return result
+
+    ready_s = ray.get(coordinator.scheduler_ready.remote())  # the scheduler's actors started, off the clock
+    if is_rank0 and ready_s > 0.01:
+        logs.log_metrics({"step": state.step, "time/scheduler_ready_sec": ready_s})
     start_time = time.perf_counter()
     last_checkpoint_time, last_checkpoint_step = start_time, state.step
+    carried_wait = 0.0  # a checkpoint's wait for the next decision: counted as that chunk's wait
     upload = ray.train.CheckpointUploadMode[tcfg.checkpoint_upload.upper()]
     start_tokens = state.tokens
     loss_value = float("nan")
@@ -245,7 +257,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
         except UserError as err:  # bad data found by the stream: the driver reports it in one line
             logger.error("stopping: %s", err)
             return {"steps": state.step, "stopped_by_user_error": True}
-        wait_s = time.perf_counter() - t_wait
+        wait_s = time.perf_counter() - t_wait + carried_wait
+        carried_wait = 0.0
         next_ref = coordinator.get_chunk.remote(chunk.chunk_id + 1)  # prefetch the next decided chunk
         if is_rank0 and state.position == 0:
             logs.log_chunk(chunk, wait_s)
@@ -279,7 +292,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                 if state.step % tcfg.log_every == 0 or state.step == tcfg.steps:
                     print(progress_line(state.step, tcfg.steps, loss_value, tps, lr, wait_s), flush=True)
             if tcfg.eval_every and state.step % tcfg.eval_every == 0 and state.step < end:
-                last_eval = run_eval()
+                last_eval = timed_eval()
             if state.step >= end:
                 break
         chunk_done = state.position >= chunk.steps
@@ -289,11 +302,14 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                               **chunk_domain_metrics([d for ds in chunk.domains for d in ds], chunk_losses,
                                                      chunk.mixture)})
         if chunk_done:  # feedback, then the next version's snapshot / sketches
+            t_boundary = time.perf_counter()
             trainer_side.chunk_trained(chunk, chunk_losses, state.step, more=state.step < end)
+            if is_rank0:
+                logs.log_metrics({"step": state.step, "time/chunk_boundary_sec": time.perf_counter() - t_boundary})
             state.next_chunk, state.position = chunk.chunk_id + 1, 0
         finished = state.step >= end
         if finished:
-            last_eval = run_eval()
+            last_eval = timed_eval()
         due = checkpoint_due(finished=finished, chunk_done=chunk_done, next_chunk=state.next_chunk,
                              every_chunks=tcfg.checkpoint_every_chunks,
                              seconds_since_last=time.perf_counter() - last_checkpoint_time,
@@ -307,8 +323,10 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
         if due:
             last_checkpoint_time, last_checkpoint_step = time.perf_counter(), state.step
             if is_rank0:
-                if not finished:
-                    ray.get(next_ref)  # the next chunk's decision belongs in this checkpoint
+                if not finished:  # the next chunk's decision belongs in this checkpoint
+                    t_wait = time.perf_counter()
+                    ray.get(next_ref)
+                    carried_wait = time.perf_counter() - t_wait
                 state.schedule = ray.get(coordinator.checkpoint_state.remote(state.next_chunk))
             metrics = {"step": state.step, "train/loss": loss_value, "data/tokens": state.tokens,
                        "chunk_id": chunk.chunk_id, **{k: v for k, v in last_eval.items() if np.isfinite(v)}}

@@ -92,9 +92,15 @@ def test_d3_staleness0_zero3_llama_with_bad_shard_and_nan_batch_completes_exactl
     schedule = assert_exactly_once_in_logged_order(cfg.run_dir, produced_chunks, STEPS, L)
     # staleness 0: chunk c was scored at the weights published right after chunk c-1 (version c)
     assert [schedule[c]["weights_version"] for c in sorted(schedule)] == list(range(len(schedule)))
+    # ... so the trainers waited for that scoring, and the log says so: the wait happens inside the checkpoint
+    # after chunk c-1 (it holds chunk c's decision) and is counted as chunk c's wait (not lost in the checkpoint)
+    assert all(schedule[c]["trainer_wait_sec"] >= 0.5 * schedule[c]["influence_sec"] for c in sorted(schedule)[1:])
     assert not any(r["fallback"] for r in schedule.values())
     assert schedule[1]["excluded_batches"] == [5]
     assert all(r["excluded_batches"] == [] for c, r in schedule.items() if c != 1)
+    # the default, the potential alone: the influence actor orders each chunk by the certified sort, no solver actor
+    assert all(r["solver_shortcut"] == "potential" and r["solver_shortcut_exact"] for r in schedule.values())
+    assert "solver" not in json.loads((cfg.run_dir / "placement.json").read_text())
     quality = json.loads((cfg.run_dir / "data_quality.json").read_text())["data_quality"]
     # each epoch's reader counts the bad lines it reads: epoch 1's may not have reached the bad shard yet
     assert quality["bad_by_reason"] in ({"malformed_json": len(BAD_LINES)}, {"malformed_json": 2 * len(BAD_LINES)})
@@ -125,9 +131,10 @@ def snapshot_values(cfg: RunConfig, tokenizer_dir) -> int:
 
 def test_d3_influence_solver_and_trainer_failures_in_one_run_complete_exactly_once(
         ray_cluster, corpus, produced_chunks, tmp_path):
-    """Three drills at separate points of one run (staleness 1): the solver actor exits in chunk 1, the
-    influence actor in chunk 2, and a trainer worker at step 14 (chunk 3), rolled back to its last
-    checkpoint by Ray Train."""
+    """Three drills at separate points of one run (staleness 1): the actor that orders exits while solving
+    chunk 1 (with the default estimator the influence actor orders: ``sorts_in_influence_actor``), the
+    influence actor while scoring chunk 2, and a trainer worker at step 14 (chunk 3), rolled back to its
+    last checkpoint by Ray Train."""
     from d3ray.train.run import run_pretrain
 
     cfg = d3_config(corpus, tmp_path, "faults", "--train.max_failures=1")

@@ -150,7 +150,9 @@ SWEEP_CASES = {  # name: overrides of one trial
 
 
 SCHEDULERS = {  # name: overrides of a scheduler whose actors ask for GPU shares, or none
-    "d3_gpu": ["--schedule.type=d3", "--schedule.influence_num_gpus=0.5", "--schedule.influence_num_cpus=2"],
+    # a sketched residual: S needs the solver pool (the default, the potential alone, sorts in the influence actor)
+    "d3_gpu": ["--schedule.type=d3", "--schedule.influence_num_gpus=0.5", "--schedule.influence_num_cpus=2",
+               "--schedule.influence.estimator.residual=sketch"],
     "d3_cpu": ["--schedule.type=d3", "--schedule.influence_num_cpus=1"],
     "curriculum_gpu": ["--schedule.type=curriculum", "--schedule.scorer_num_gpus=0.25",
                        "--schedule.scorer_num_cpus=3"],
@@ -252,12 +254,14 @@ def test_an_influence_actor_holds_its_gpu_share_and_chooses_cuda(placement):
     assert actor["device_if_cuda"] == "cuda:0"
     assert actor["device"] == "cpu"  # no CUDA in this torch: auto falls back, whatever it holds
     assert actor["resources"]["CPU"] == 2.0 and actor["threads"] == actor["torch_threads"] == 2
+    assert placement["d3_gpu"]["solver"]
     for solver in placement["d3_gpu"]["solver"]:  # the solver pool holds no GPU
         assert not solver["resources"].get("GPU") and solver["device_if_cuda"] == "cpu"
 
 
 def test_influence_actors_without_gpus_choose_the_cpu(placement):
     (actor,) = placement["d3_cpu"]["influence"]
+    assert "solver" not in placement["d3_cpu"], "the default (the potential alone) sorts in the influence actor"
     assert not actor["resources"].get("GPU") and actor["gpu_ids"] == []
     assert actor["device_if_cuda"] == "cpu" and actor["threads"] == actor["torch_threads"] == 1
 

@@ -46,7 +46,9 @@ def test_multinode_actors_follow_resources_and_node_loss_keeps_exactly_once(tmp_
             f"--train.steps={STEPS}", "--train.global_batch_size=8", "--train.micro_batch_size=2",
             "--train.num_workers=2", "--train.resources_per_worker={trainer_node: 1}", "--train.eval_every=0",
             "--eval.max_sequences_per_domain=2",
-            "--schedule.type=d3", f"--schedule.L={L}", "--schedule.influence.sketch.k=128",
+            # a sketched residual: S then goes through the solver pool, whose actors this test places
+            "--schedule.type=d3", f"--schedule.L={L}", "--schedule.influence.estimator.residual=sketch",
+            "--schedule.influence.sketch.k=128",
             "--schedule.influence.sample_fraction=0.5", "--schedule.deadline_s=3600",
             "--schedule.influence_num_cpus=0.5", "--schedule.influence_resources={influence_node: 0.5}",
             "--schedule.influence_nice=18",

@@ -75,3 +75,18 @@ def test_census_branches_exactly_the_schedules_whose_decisions_permute_the_strea
     else:
         with pytest.raises(UserError, match=f"schedule.type={name} .* runs of d3, random, sequential$"):
             check_inputs(load_run(tmp_path), options)
+
+
+@pytest.mark.parametrize(("overrides", "in_actor"), [
+    ([], True),  # the default: drift, residual none, the AdamW step, one influence actor
+    (["--schedule.influence.estimator.residual=sketch"], False),  # a sketched residual: a search may be needed
+    (["--schedule.influence_actors=2"], False),  # several actors: their parts are merged apart
+    (["--schedule.influence.preconditioner=none"], False),  # no optimizer state: not the drift potential
+    (["--schedule.influence.estimator.type=lookahead"], False),
+    (["--schedule.influence_placement=in_trainer", "--train.zero_stage=3"], False),
+])
+def test_the_potential_alone_is_ordered_in_the_influence_actor_and_asks_for_no_solver(overrides, in_actor):
+    cfg = _schedule("--schedule.type=d3", *overrides)
+    assert cfg.sorts_in_influence_actor is in_actor
+    roles = [r.role for r in cfg.actor_requests()]
+    assert ("solver" not in roles) is in_actor

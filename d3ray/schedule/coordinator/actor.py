@@ -34,7 +34,9 @@ pure step from a decision to the chunk served. One condition guards all their ta
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +46,8 @@ from d3ray.schedule.coordinator.decide import CoordinatorState, DecidedChunk, se
 from d3ray.schedule.coordinator.mailbox import Mailbox
 from d3ray.schedule.coordinator.producer import ChunkProducer, Slot, SubmitInputs
 from d3ray.schedule.scheduler import ChunkDecision, ChunkFeedback, Scheduler, TrainerRequests
+
+logger = logging.getLogger(__name__)
 
 
 class ScheduleCoordinator:
@@ -94,6 +98,22 @@ class ScheduleCoordinator:
         self._producer.start()
 
     # ---- trainer-facing -------------------------------------------------------------------
+    def scheduler_ready(self) -> float:
+        """Block until every actor the scheduler started has finished its constructor (the influence
+        model built, the solver's kernels compiled); the seconds waited here. The trainers call it
+        before their clock starts: the actors' start-up overlaps the trainers' own and does not
+        land in the first chunks' steps."""
+        import ray
+        from ray.exceptions import RayError
+
+        start = time.perf_counter()
+        for actor in (a for group in self._scheduler.actors().values() for a in group):
+            try:
+                ray.get(actor.__ray_ready__.remote())
+            except RayError as err:  # its chunks fall back with the reason, as for any later failure
+                logger.warning("a scheduler actor did not start: %s", err)
+        return time.perf_counter() - start
+
     def get_chunk(self, chunk_id: int) -> DecidedChunk:
         """Block until chunk ``chunk_id`` is produced and decided; its batches in training order."""
         with self._cond:

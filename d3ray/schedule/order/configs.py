@@ -114,13 +114,25 @@ class D3ScheduleConfig(ScheduleConfig):
         return TrainerRequests(snapshot=SnapshotRequest(dtype=self.snapshot_dtype,
                                                         optimizer_state=self.influence.needs_optimizer_state))
 
+    @property
+    def sorts_in_influence_actor(self) -> bool:
+        """One influence actor whose S is the exact drift potential alone (``drift``, ``residual: none``,
+        the AdamW step): S is rank 2 and its LOP is solved exactly by the sort by f
+        (``d3ray/solver/potential.py``), so that actor merges and orders the chunk itself, and no
+        solver actor (nor a merge task) is started: one hop per chunk instead of three."""
+        estimator = self.influence.estimator
+        return (not self.in_trainer and self.influence_actors == 1 and not estimator.is_exact_lookahead
+                and estimator.exact_potential and self.influence.needs_optimizer_state
+                and not estimator.sketches_residual)
+
     def actor_requests(self) -> list[ActorRequest]:
         solver = ActorRequest("solver", self.solver_pool.num_actors,
                               {"CPU": self.solver_pool.num_cpus, **self.solver_pool.resources})
         if self.in_trainer:
             return [solver]
         influence = {"CPU": self.influence_num_cpus, "GPU": self.influence_num_gpus, **self.influence_resources}
-        return [ActorRequest("influence", self.influence_actors, influence), solver]
+        return [ActorRequest("influence", self.influence_actors, influence),
+                *([] if self.sorts_in_influence_actor else [solver])]
 
     def summary_fields(self) -> dict[str, str]:
         return {"gamma_changes_order": "yes" if self.influence.gamma_changes_order else "no"}

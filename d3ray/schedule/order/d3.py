@@ -14,6 +14,11 @@ pool orders it, and the trainers get the order (or a fallback past the deadline)
     With ``first_chunk: stream`` (the no-argument run) chunk 0 is decided in stream order at submit,
     without influence (``first_chunk: stream_order`` in its log row), so the first step never waits.
 
+    The default (one influence actor, S the exact drift potential alone: ``sorts_in_influence_actor``)
+    takes one hop instead of three: ``ChunkInfluenceWorker.order_chunk`` computes f, S and the sort
+    by f (the LOP's certified optimum, ``d3ray/solver/potential.py``) in the actor; no merge task and
+    no solver actor exist. Measured with ``d3ray bench pipeline`` (README.md, "Benchmarks").
+
 Everything is keyed by global batch id ``chunk_id * L + position``: a retried task on a restarted
 actor recomputes the same thing (RAY_NOTES section 4). ``A`` and ``S`` follow ARCHITECTURE.md §1:
 ``A = −γ·G Gᵀ + (γ²/2)·Q Hᵀ``, ``S = Aᵀ − A``; the order minimises the backward positive weight of S.
@@ -21,12 +26,14 @@ actor recomputes the same thing (RAY_NOTES section 4). ``A`` and ``S`` follow AR
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
 from d3ray import faults
 from d3ray.data.chunker import Chunk
@@ -47,6 +54,7 @@ from d3ray.schedule.scheduler import (
     SubmitContext,
 )
 from d3ray.solver import ordering_cost, row_sum_order
+from d3ray.solver.base import SolverConfig, SolveResult
 
 if TYPE_CHECKING:  # configs imports this module in D3ScheduleConfig.build: a type only, no import circle
     from d3ray.schedule.order.configs import D3ScheduleConfig
@@ -59,12 +67,44 @@ class ChunkInfluenceWorker(InfluenceWorker):
 
     def __init__(self, model_config: dict[str, Any], config: InfluenceConfig, run_dir: str | None,
                  index: int, nice: int = 0, lora: LoraConfig | None = None, attn_implementation: str = "eager",
-                 idle: bool = False) -> None:
-        lower_priority(nice, idle)  # background priority: yield the cores to the trainers (influence_nice/_idle)
+                 idle: bool = False, solver: SolverConfig | None = None) -> None:
         if run_dir is not None:
             route_logs_to_run_dir(run_dir, f"influence-{index}")
         super().__init__(model_config, config, lora, attn_implementation)
         self.run_dir, self.index = run_dir, index
+        self._solver: tuple[SolverConfig, Any] | None = None  # (config, built solver) of order_chunk
+        self._warm_up(solver)
+        # Background priority from here on (influence_nice / influence_idle): the model is built at Ray's
+        # priority, during the trainers' start-up (they wait for it: ScheduleCoordinator.scheduler_ready).
+        lower_priority(nice, idle)
+
+    def _warm_up(self, solver: SolverConfig | None) -> None:
+        """One-time costs paid here, in the constructor (which the trainers wait for before their clock
+        starts), not in the first chunk's decision: the model's first forward and, for
+        :meth:`order_chunk`, the solver's lazy imports (0.4 s on a 2-core box)."""
+        with torch.no_grad():
+            self.model(torch.zeros((1, 2), dtype=torch.int64, device=self.device))
+        if solver is not None:
+            self._solver = (solver, solver.build())
+            potential = np.arange(4.0)
+            self._solver[1].solve(potential[None, :] - potential[:, None])
+
+    def order_chunk(self, chunk_id: int, weights: list, batch_refs: list, batch_ids: list[int], solver: SolverConfig,
+                    seed: int) -> tuple[np.ndarray | None, dict[str, Any], None, SolveResult | None]:
+        """The whole decision of a chunk in this actor (``D3ScheduleConfig.sorts_in_influence_actor``):
+        the potentials, S (as :func:`assemble_influence` merges it) and its order by ``solver``, which
+        for this S is the certified sort by f (no search). Returns ``(S, info, None, result)``, the
+        shape of the merge task's returns plus the solve: S None and ``info["error"]`` when the merge
+        failed (the chunk falls back), and then no result."""
+        part = self.sketch_chunk(chunk_id, weights, batch_refs, batch_ids, None, False)
+        S, info, _ = assemble_influence(self.config.estimator, list(batch_ids), part)
+        if S is None:
+            return None, info, None, None
+        faults.inject(self.run_dir, "solve", key=chunk_id)
+        if self._solver is None or self._solver[0] != solver:
+            self._solver = (solver, solver.build())
+        result = self._solver[1].solve(S, seed=seed)
+        return S, info, None, dataclasses.replace(result, stats={**result.stats, "key": chunk_id})
 
     def _as_inputs(self, batch_refs: list, batch_ids: list[int]) -> list[dict[str, np.ndarray]]:
         import ray
@@ -162,10 +202,13 @@ class D3Scheduler(SchedulerBase):
         self.influence_actors = [] if cfg.in_trainer else [  # in_trainer: the trainers sketch (context.influence)
             remote.options(name=f"d3ray:{ctx.run_name}:influence:{i}", get_if_exists=False, **opts)
             .remote(ctx.model_config, cfg.influence, ctx.run_dir, i, cfg.influence_nice, ctx.model.lora,
-                    ctx.model.attn_implementation, cfg.influence_idle)
+                    ctx.model.attn_implementation, cfg.influence_idle,
+                    cfg.solver if cfg.sorts_in_influence_actor else None)
             for i in range(cfg.influence_actors)
         ]
-        self.solver_pool = cfg.solver_pool.build(cfg.solver, run_dir=ctx.run_dir)
+        # The exact potential alone in one actor: it orders the chunk itself (no solver actor, no merge task).
+        self._in_actor = cfg.sorts_in_influence_actor
+        self.solver_pool = None if self._in_actor else cfg.solver_pool.build(cfg.solver, run_dir=ctx.run_dir)
         self._assemble = ray.remote(num_cpus=0, max_retries=2)(assemble_influence)
         self._reference: list | None = None
         # Only a pool of several influence workers that sketch something needs a shared control-variate
@@ -191,6 +234,7 @@ class D3Scheduler(SchedulerBase):
         actors = self.influence_actors
         weights = context.weights
         started = time.perf_counter()
+        seed = self.seed * 1_000_003 + chunk.chunk_id
         if self.cfg.in_trainer:  # the trainers' S of the whole chunk: here already (a few hundred bytes)
             import ray
 
@@ -198,7 +242,11 @@ class D3Scheduler(SchedulerBase):
             if S is None:
                 return Decided(_fallback(chunk, None, info["error"]))
             S_ref, info_ref = ray.put(S), ray.put(info)
-            solve_ref = self.solver_pool.submit(chunk.chunk_id, S_ref, seed=self.seed * 1_000_003 + chunk.chunk_id)
+            solve_ref = self.solver_pool.submit(chunk.chunk_id, S_ref, seed=seed)
+            return D3Pending(self.cfg, chunk.chunk_id, n, S_ref, info_ref, solve_ref, started)
+        if self._in_actor:
+            S_ref, info_ref, _, solve_ref = actors[0].order_chunk.options(num_returns=4).remote(
+                chunk.chunk_id, weights, refs, ids, self.cfg.solver, seed)
             return D3Pending(self.cfg, chunk.chunk_id, n, S_ref, info_ref, solve_ref, started)
         if self.cfg.influence.estimator.is_exact_lookahead:
             parts = [a.lookahead_chunk.remote(chunk.chunk_id, weights, refs, ids, ids[k::len(actors)])
@@ -213,16 +261,18 @@ class D3Scheduler(SchedulerBase):
             self.cfg.influence.estimator, ids, *parts)
         if self._keeps_reference:
             self._reference = [next_reference]  # the next chunk's reference: this chunk's mean directions
-        solve_ref = self.solver_pool.submit(chunk.chunk_id, S_ref, seed=self.seed * 1_000_003 + chunk.chunk_id)
+        solve_ref = self.solver_pool.submit(chunk.chunk_id, S_ref, seed=seed)
         return D3Pending(self.cfg, chunk.chunk_id, n, S_ref, info_ref, solve_ref, started)
 
     def actors(self) -> dict[str, list[Any]]:
-        return {"influence": list(self.influence_actors), "solver": list(self.solver_pool.actors)}
+        solvers = {} if self.solver_pool is None else {"solver": list(self.solver_pool.actors)}
+        return {"influence": list(self.influence_actors), **solvers}
 
     def close(self) -> None:
         import ray
 
-        self.solver_pool.shutdown()
+        if self.solver_pool is not None:
+            self.solver_pool.shutdown()
         for actor in self.influence_actors:
             ray.kill(actor)
 
