@@ -32,7 +32,7 @@ def role_of(cmdline: str) -> str:
     idle pooled worker, ``ray-system`` for Ray's own daemons, else ``other``."""
     if cmdline.startswith("ray::"):
         words = cmdline[len("ray::"):].split()
-        name = words[0].split(".")[0].rsplit(":", 1)[-1] if words else ""  # a named actor: <name>:<Class>
+        name = words[0].rsplit(":", 1)[-1].split(".")[0] if words else ""  # a named actor: <name>:<Class>
         return "ray-idle" if name in ("IDLE", "") else name
     if any(d in cmdline for d in ("raylet", "gcs_server", "dashboard", "log_monitor", "monitor.py",
                                   "runtime_env/agent", "ray/_private")):

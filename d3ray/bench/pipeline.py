@@ -126,10 +126,8 @@ def _summarise(run_dir: Path, final: dict[str, Any], L: int) -> dict[str, Any]:
     out["first_chunk_wait_sec"] = first_wait
     out["steady_tokens_per_sec"] = out["tokens"] / max(train_s - first_wait, 1e-9)
     out["loop_seconds"] = loop_breakdown(metrics, float(waits.sum()), train_s)
-    scoring = [r["time/in_trainer_influence_sec"] for r in read_jsonl(run_dir / "metrics.jsonl")
-               if r.get("time/in_trainer_influence_sec") is not None]
-    publish = [r["time/snapshot_sec"] for r in read_jsonl(run_dir / "metrics.jsonl")
-               if r.get("time/snapshot_sec") is not None]
+    scoring = [r["time/in_trainer_influence_sec"] for r in metrics if r.get("time/in_trainer_influence_sec") is not None]
+    publish = [r["time/snapshot_sec"] for r in metrics if r.get("time/snapshot_sec") is not None]
     if publish:  # the trainers' time publishing weight snapshots at chunk boundaries (not wait, not steps)
         out["snapshot_sec"] = float(sum(publish))
         out["snapshot_fraction"] = float(sum(publish) / train_s)

@@ -16,6 +16,7 @@ from d3ray.bench.cpu_share import PROC, CpuShare, pool_cpu_shares, role_of
     ("ray::ChunkInfluenceWorker.sketch_chunk()", "ChunkInfluenceWorker"),
     ("ray::RayTrainWorker._RayTrainWorker__execute.get_next", "RayTrainWorker"),
     ("ray::d3ray:run:influence:0:ChunkInfluenceWorker.sketch_chunk", "ChunkInfluenceWorker"),
+    ("ray::d3ray:tiny.v2:influence:0:ChunkInfluenceWorker.order_chunk", "ChunkInfluenceWorker"),  # a dot in the run name
     ("ray::IDLE", "ray-idle"),
     ("ray::", "ray-idle"),
     ("/usr/lib/python3/site-packages/ray/core/src/ray/raylet/raylet --node_id=1", "ray-system"),

@@ -59,9 +59,10 @@ class D3ScheduleConfig(ScheduleConfig):
     the larger share of the cores: influence latency grows (hidden by staleness 1) and the training
     steps it overlaps slow down less; 0 leaves Ray's value."""
     influence_idle: bool = False
-    """Run influence actors under Linux's ``SCHED_IDLE`` policy (on top of ``influence_nice``): they take
-    a core only when no trainer thread wants it, i.e. while a trainer waits (at the all-reduce, for
-    data, for I/O). Influence latency then depends on the trainers' idle time: an order not ready when
+    """Run the influence actors' task thread under Linux's ``SCHED_IDLE`` policy (on top of
+    ``influence_nice``; Ray's own threads keep theirs): it takes a core only when no trainer thread
+    wants it, i.e. while a trainer waits (at the all-reduce, for data, for I/O). Measured no better than
+    niceness 19 on the 2-core box (README.md, "Benchmarks"). Influence latency then depends on the trainers' idle time: an order not ready when
     the trainers need it makes them wait (the actor then has the cores; ``deadline_s``, then the
     fallback). Linux only (elsewhere: a warning, and the niceness alone)."""
     save_matrices: bool = True

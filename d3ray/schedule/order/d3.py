@@ -72,39 +72,38 @@ class ChunkInfluenceWorker(InfluenceWorker):
             route_logs_to_run_dir(run_dir, f"influence-{index}")
         super().__init__(model_config, config, lora, attn_implementation)
         self.run_dir, self.index = run_dir, index
-        self._solver: tuple[SolverConfig, Any] | None = None  # (config, built solver) of order_chunk
-        self._warm_up(solver)
+        self._solver = None if solver is None else solver.build()  # order_chunk's (sorts_in_influence_actor)
+        self._warm_up()
         # Background priority from here on (influence_nice / influence_idle): the model is built at Ray's
         # priority, during the trainers' start-up (they wait for it: ScheduleCoordinator.scheduler_ready).
         lower_priority(nice, idle)
 
-    def _warm_up(self, solver: SolverConfig | None) -> None:
+    def _warm_up(self) -> None:
         """One-time costs paid here, in the constructor (which the trainers wait for before their clock
         starts), not in the first chunk's decision: the model's first forward and, for
         :meth:`order_chunk`, the solver's lazy imports (0.4 s on a 2-core box)."""
         with torch.no_grad():
             self.model(torch.zeros((1, 2), dtype=torch.int64, device=self.device))
-        if solver is not None:
-            self._solver = (solver, solver.build())
+        if self._solver is not None:
             potential = np.arange(4.0)
-            self._solver[1].solve(potential[None, :] - potential[:, None])
+            self._solver.solve(potential[None, :] - potential[:, None])
 
-    def order_chunk(self, chunk_id: int, weights: list, batch_refs: list, batch_ids: list[int], solver: SolverConfig,
-                    seed: int) -> tuple[np.ndarray | None, dict[str, Any], None, SolveResult | None]:
-        """The whole decision of a chunk in this actor (``D3ScheduleConfig.sorts_in_influence_actor``):
-        the potentials, S (as :func:`assemble_influence` merges it) and its order by ``solver``, which
-        for this S is the certified sort by f (no search). Returns ``(S, info, None, result)``, the
-        shape of the merge task's returns plus the solve: S None and ``info["error"]`` when the merge
-        failed (the chunk falls back), and then no result."""
+    def order_chunk(self, chunk_id: int, weights: list, batch_refs: list, batch_ids: list[int],
+                    seed: int) -> tuple[np.ndarray | None, dict[str, Any], SolveResult | None]:
+        """The whole decision of a chunk in this actor (``D3ScheduleConfig.sorts_in_influence_actor``; the
+        actor was built with the run's solver): the potentials, S (as :func:`assemble_influence` merges
+        it) and its order, which for this S is the certified sort by f (no search). Returns
+        ``(S, info, result)``: S None, ``info["error"]`` and no result when the merge failed (the chunk
+        falls back)."""
+        if self._solver is None:
+            raise RuntimeError("order_chunk: this influence actor was built without a solver")
         part = self.sketch_chunk(chunk_id, weights, batch_refs, batch_ids, None, False)
         S, info, _ = assemble_influence(self.config.estimator, list(batch_ids), part)
         if S is None:
-            return None, info, None, None
+            return None, info, None
         faults.inject(self.run_dir, "solve", key=chunk_id)
-        if self._solver is None or self._solver[0] != solver:
-            self._solver = (solver, solver.build())
-        result = self._solver[1].solve(S, seed=seed)
-        return S, info, None, dataclasses.replace(result, stats={**result.stats, "key": chunk_id})
+        result = self._solver.solve(S, seed=seed)
+        return S, info, dataclasses.replace(result, stats={**result.stats, "key": chunk_id})
 
     def _as_inputs(self, batch_refs: list, batch_ids: list[int]) -> list[dict[str, np.ndarray]]:
         import ray
@@ -245,8 +244,8 @@ class D3Scheduler(SchedulerBase):
             solve_ref = self.solver_pool.submit(chunk.chunk_id, S_ref, seed=seed)
             return D3Pending(self.cfg, chunk.chunk_id, n, S_ref, info_ref, solve_ref, started)
         if self._in_actor:
-            S_ref, info_ref, _, solve_ref = actors[0].order_chunk.options(num_returns=4).remote(
-                chunk.chunk_id, weights, refs, ids, self.cfg.solver, seed)
+            S_ref, info_ref, solve_ref = actors[0].order_chunk.options(num_returns=3).remote(
+                chunk.chunk_id, weights, refs, ids, seed)
             return D3Pending(self.cfg, chunk.chunk_id, n, S_ref, info_ref, solve_ref, started)
         if self.cfg.influence.estimator.is_exact_lookahead:
             parts = [a.lookahead_chunk.remote(chunk.chunk_id, weights, refs, ids, ids[k::len(actors)])
