@@ -36,6 +36,7 @@ from d3ray.census.orders import (
     recency_orders,
 )
 from d3ray.census.planted import PLANTED_KINDS, plant_chunk, planted_orders, planting
+from d3ray.census.ramp import ramp_chunk
 from d3ray.config import RunConfig
 from d3ray.errors import DataPathError, UserError
 
@@ -70,6 +71,9 @@ class CensusOptions:
     its position in an order must move the held-out loss)."""
     control_domain: str | None = None
     """The recency control's domain (default: per chunk, the domain whose count per batch varies most)."""
+    recency_layout: str = "stream"
+    """The recency control's batches: ``stream`` (the chunk's own) or ``ramp`` (its sequences re-dealt so the
+    control domain's count rises linearly over the batches, ramp.py; needs ``control_domain``)."""
     planted_kind: str = "shuffled"
     """The planted control's batch: ``shuffled`` (each sequence's tokens permuted) or ``repeated`` (one id)."""
     planted_batch: int | None = None
@@ -206,11 +210,19 @@ def check_inputs(info: RunInfo, options: CensusOptions) -> list[int]:
                             f"(0..{schedule.L - 1})")
     elif options.planted_batch is not None or options.planted_kind != "shuffled":
         raise UserError("census: --planted-batch / --planted-kind belong to --control planted")
+    if options.recency_layout not in RECENCY_LAYOUTS:
+        raise UserError(f"census: --recency-layout {options.recency_layout}: one of {', '.join(RECENCY_LAYOUTS)}")
+    if options.recency_layout == "ramp" and (options.control != "recency" or options.control_domain is None):
+        raise UserError("census: --recency-layout ramp re-deals one domain's sequences: it needs --control recency "
+                        "and --control-domain NAME")
     if options.chunks < 1 or options.random_orders < 2:
         raise UserError("census: --chunks must be >= 1 and --random-orders >= 2 (a spread needs two)")
     check_out_dir(options, schedule.L)
     return choose_checkpoints(sorted(info.checkpoints), info.total_chunks, options.chunks, options.persist,
                               options.checkpoints, options.num_checkpoints, options.warmup_chunks)
+
+
+RECENCY_LAYOUTS = ("stream", "ramp")
 
 
 def chunk_planting(options: CensusOptions, L: int, chunk_id: int) -> dict[str, Any] | None:
@@ -220,8 +232,19 @@ def chunk_planting(options: CensusOptions, L: int, chunk_id: int) -> dict[str, A
     return planting(options.planted_kind, L, options.seed, chunk_id, options.planted_batch)
 
 
+def chunk_layout(options: CensusOptions) -> dict[str, Any] | None:
+    """How the recency control re-deals each branched chunk's sequences (None: the stream's own batches)."""
+    if options.control != "recency" or options.recency_layout == "stream":
+        return None
+    return {"kind": options.recency_layout, "domain": options.control_domain}
+
+
 def _describe(plant: dict[str, Any] | None) -> str:
     return "unplanted chunks" if plant is None else f"a {plant['kind']} batch planted at stream index {plant['index']}"
+
+
+def _describe_layout(layout: dict[str, Any] | None) -> str:
+    return "the stream's batches" if layout is None else f"a {layout['kind']} of {layout['domain']}'s sequences"
 
 
 def check_out_dir(options: CensusOptions, L: int) -> None:
@@ -233,11 +256,14 @@ def check_out_dir(options: CensusOptions, L: int) -> None:
     """
     for path in sorted(Path(options.out).glob("branches/k*/c*/orders.json")):
         chunk_id = int(path.parent.name[1:])
-        have, want = (read_json(path) or {}).get("planted"), chunk_planting(options, L, chunk_id)
-        if have != want:
-            raise UserError(f"census: {options.out} holds chunk {chunk_id} with {_describe(have)}, and this census "
-                            f"trains it with {_describe(want)}; pass the --control / --planted-* / --seed that directory "
-                            "was made with, or give this census an --out of its own")
+        computed = read_json(path) or {}
+        for key, want, describe in (("planted", chunk_planting(options, L, chunk_id), _describe),
+                                    ("layout", chunk_layout(options), _describe_layout)):
+            if computed.get(key) != want:
+                raise UserError(f"census: {options.out} holds chunk {chunk_id} with {describe(computed.get(key))}, and "
+                                f"this census trains it with {describe(want)}; pass the --control / --planted-* / "
+                                "--recency-layout / --seed that directory was made with, or give this census an --out "
+                                "of its own")
 
 
 def branch_dir(out: Path, checkpoint: int, chunk_id: int) -> Path:
@@ -338,6 +364,9 @@ def run_census(options: CensusOptions) -> dict[str, Any]:
     if not eval_sets:
         raise UserError(f"census: the run {options.run_dir} has no held-out sets (data.validation_paths, "
                         "eval.ood_text_paths) and no --eval file was given: nothing to measure the branches on")
+    if options.control == "recency" and options.control_domain is not None and options.control_domain not in eval_sets:
+        raise UserError(f"census: --control-domain {options.control_domain} has no held-out set in the run (it has: "
+                        f"{', '.join(sorted(eval_sets))}): the recency control reads that domain's held-out loss")
     model_config = model_config_dict(cfg.model, prepared.vocab_size, prepared.data.seq_len, prepared.eos_id)
     d3 = cfg.schedule if isinstance(cfg.schedule, D3ScheduleConfig) else D3ScheduleConfig(L=cfg.schedule.L)
     snapshot_dtype = d3.snapshot_dtype if isinstance(cfg.schedule, D3ScheduleConfig) else "float32"
@@ -356,6 +385,7 @@ def run_census(options: CensusOptions) -> dict[str, Any]:
         actors = [remote.remote(cfg, model_config, eval_ref) for _ in range(max(1, options.workers))]
         pool = ActorPool(actors)
         data: dict[tuple[int, int], ChunkData] = {}
+        layout = chunk_layout(options)
         for K in Ks:
             chunks = stream_chunks(info, prepared, K, options.chunks + options.persist)
             for chunk in chunks:
@@ -366,6 +396,8 @@ def run_census(options: CensusOptions) -> dict[str, Any]:
                 plant = chunk_planting(options, L, chunk.chunk_id)
                 if plant is not None and chunk.chunk_id < K + options.chunks:  # branched chunks only, not persist
                     batches = plant_chunk(batches, plant)
+                if layout is not None and chunk.chunk_id < K + options.chunks:
+                    batches = ramp_chunk(batches, layout["domain"])
                 data[(K, chunk.chunk_id)] = ChunkData(chunk.chunk_id, [ray.put(b) for b in batches],
                                                       info.run_orders.get(chunk.chunk_id, tuple(range(L))))
         # S and D3's orders of every branched chunk, at its checkpoint's weights.
@@ -376,6 +408,7 @@ def run_census(options: CensusOptions) -> dict[str, Any]:
                                               d3.solver_seed, snapshot_dtype, options.lookahead), wanted):
             K = next(k for k in Ks if str(info.checkpoints[k]) == computed["checkpoint"])
             computed["planted"] = chunk_planting(options, L, computed["chunk_id"])
+            computed["layout"] = layout
             write_json(branch_dir(options.out, K, computed["chunk_id"]) / "orders.json", computed)
         # The branches not on disk yet.
         tasks = []
@@ -383,7 +416,8 @@ def run_census(options: CensusOptions) -> dict[str, Any]:
             for c in range(K, K + options.chunks):
                 for order, names in branches_to_train(options, info, K, c):
                     compare = None
-                    if "run" in names and c == K and (c + 1) in info.checkpoints and options.control != "planted":
+                    if ("run" in names and c == K and (c + 1) in info.checkpoints and options.control != "planted"
+                            and layout is None):
                         compare = str(info.checkpoints[c + 1])
                     persist = tuple(data[(K, c + 1 + t)] for t in range(options.persist))
                     tasks.append(BranchTask(checkpoint=str(info.checkpoints[K]), chunk=data[(K, c)], order=order,

@@ -61,6 +61,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "chunk broken: its position must move the held-out loss; give it an --out of its own)")
     parser.add_argument("--control-domain", default=None,
                         help="the recency control's domain (default: per chunk, the one whose count per batch varies most)")
+    parser.add_argument("--recency-layout", choices=("stream", "ramp"), default="stream",
+                        help="the recency control's batches: stream (the chunk's own) or ramp (its sequences re-dealt "
+                        "so --control-domain's count rises linearly over the batches: the layout in which an order "
+                        "moves that domain most; every order trains the re-dealt chunk)")
     parser.add_argument("--planted-kind", choices=("shuffled", "repeated"), default="shuffled",
                         help="the planted batch: shuffled (each sequence's tokens permuted, lengths and masks kept; "
                         "default) or repeated (every real token one id)")
@@ -113,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         num_checkpoints=args.num_checkpoints, warmup_chunks=args.warmup_chunks, chunks=args.chunks,
         random_orders=args.random_orders, all_orders=args.all_orders, lookahead=not args.no_lookahead,
         persist=args.persist, eval_files=list(args.eval), control=args.control,
-        control_domain=args.control_domain, planted_kind=args.planted_kind, planted_batch=args.planted_batch,
+        control_domain=args.control_domain, recency_layout=args.recency_layout, planted_kind=args.planted_kind, planted_batch=args.planted_batch,
         workers=args.workers, cpus_per_worker=args.cpus_per_worker,
         seed=args.seed)
     info = load_run(options.run_dir)
@@ -130,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
              "checkpoints": checkpoints, "chunks": options.chunks, "random_orders": options.random_orders,
              "all_orders": options.all_orders, "lookahead": options.lookahead, "persist": options.persist,
              "eval_files": options.eval_files, "control": options.control, "control_domain": options.control_domain,
+             "recency_layout": options.recency_layout if options.control == "recency" else None,
              "planted_kind": options.planted_kind if options.control == "planted" else None,
              "planted_batch": options.planted_batch, "beta1": info.cfg.train.betas[0]}
     report = write_report(options.out, command, setup)

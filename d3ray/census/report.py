@@ -249,6 +249,12 @@ def recency_markdown(control: dict[str, Any], title: str, setup: dict[str, Any],
              "`recency_last` trains the batches with most of it last, `recency_first` first. Metric: that "
              "domain's held-out loss; z against the random orders. The census must find recency_last < random "
              "< recency_first, with |z| >= 2.", ""]
+    if setup.get("recency_layout") == "ramp":
+        lines += [f"Layout `ramp` (`--recency-layout ramp`): every branched chunk's sequences were re-dealt so that "
+                  f"{setup.get('control_domain')}'s count rises linearly over its batches (`d3ray/census/ramp.py`), and "
+                  f"every order trained the re-dealt chunk. A sort by count is then as far from a random order as "
+                  f"{L} batches allow: if the loss is linear in the domain's positions, |z| = √(L − 1) = "
+                  f"{math.sqrt(L - 1):.2f} at most.", ""]
     if beta1 is not None:
         first, last = (momentum_applied(p, L, float(beta1), extra) for p in (1, L))
         lines += [f"Under AdamW (β1 = {beta1}) the share of a batch's gradient that has reached the weights at this "

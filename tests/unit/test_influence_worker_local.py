@@ -20,6 +20,7 @@ from d3ray.influence.estimators import (
 )
 from d3ray.influence.influence import influence_from_lookahead, influence_from_sketches
 from d3ray.influence.worker import InfluenceWorker, sample_rows
+from d3ray.lora import LoraConfig
 
 MODEL = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64, n_positions=16).to_dict()
 GAMMA = 0.05
@@ -80,6 +81,20 @@ def test_worker_fisher_identity_matches_independent_transformers_computation():
     np.testing.assert_allclose(A, A_expected, rtol=1e-9, atol=1e-15)
     np.testing.assert_allclose(S, A_expected.T - A_expected, rtol=1e-7, atol=1e-15)
     assert excluded == [] and np.any(S != 0)
+
+
+@pytest.mark.parametrize("lora", [None, LoraConfig(r=2)])
+def test_worker_logits_skip_the_last_position_and_equal_the_full_forwards(lora):
+    """The LM head runs on positions 0..T−2 only (``logits_to_keep``), also through the LoRA wrapper;
+    the logits equal the full forward's, shifted."""
+    worker = InfluenceWorker(MODEL, replace(EXACT, sample_fraction=1.0), lora=lora)
+    x = torch.from_numpy(_batches(1)[0])
+    params = {n: p.detach() for n, p in worker.model.named_parameters() if n in worker.names}
+    assert worker._keeps_logits
+    logits = worker._logits(params, x)
+    full = worker.model(x).logits[:, :-1]
+    assert logits.shape == (3, 11, 64) and logits.is_contiguous()
+    torch.testing.assert_close(logits, full, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("preconditioner", ["none", "adam"])
