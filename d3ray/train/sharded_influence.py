@@ -218,8 +218,12 @@ class ShardedScorer:
         rows = rows or [0]
         ids = torch.as_tensor(np.asarray(batches[mine][0])[rows], dtype=torch.int64, device=self.device)
         y = torch.as_tensor(targets[mine][rows], dtype=torch.int64, device=self.device)
-        logits = self.engine.module(input_ids=ids).logits[:, :-1].float()
-        loss_sum = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
+        # The labels shift, not the logits (as d3ray/lm_loss.py): no copy of the pass's largest tensor in
+        # the forward or the backward; the last position predicts nothing (an ignored target).
+        logits = self.engine.module(input_ids=ids).logits
+        logits = logits if logits.dtype == torch.float32 else logits.float()
+        target = F.pad(y, (0, 1), value=IGNORE_INDEX)
+        loss_sum = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
                                    ignore_index=IGNORE_INDEX, reduction="sum") * weight
         # Like the unsharded mean over zero scored tokens (a masked batch): NaN, so the batch is excluded.
         local = loss_sum * (1.0 / scored[mine] if scored[mine] else float("nan"))
