@@ -29,7 +29,7 @@ the exact look-ahead is :func:`d3ray.influence.estimators.lookahead.lookahead_in
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -112,7 +112,7 @@ def all_finite(tensors: Sequence[torch.Tensor] | Params | None) -> bool:
     """True when every element of every tensor is finite (None counts as finite)."""
     if tensors is None:
         return True
-    values = tensors.values() if isinstance(tensors, dict) else tensors
+    values = tensors.values() if isinstance(tensors, Mapping) else tensors
     return all(bool(torch.isfinite(t).all()) for t in values)
 
 

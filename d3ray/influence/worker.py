@@ -183,7 +183,7 @@ class InfluenceWorker:
         Where the model takes ``logits_to_keep`` (transformers' causal LMs), the LM head runs on positions
         0..T−2 only and the logits come out contiguous: slicing them afterwards computed the last position's
         logits and copied the pass's largest tensor for the loss, 60% of a forward of the tiny GPT-2 here
-        (README.md, "Measured").
+        (README.md, "The LM head on the scored positions only").
         """
         if not self._keeps_logits:
             return functional_call(self.model, params, (input_ids,)).logits[:, :-1]

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from d3ray.influence.optimizer import AdamWState
-from d3ray.influence.snapshot import load_snapshot, split_snapshot
+from d3ray.influence.snapshot import PackedState, load_snapshot, split_snapshot
 from d3ray.model import ModelConfig, build_model, model_config_dict
 
 MODEL = ModelConfig()
@@ -96,3 +96,38 @@ def test_influence_worker_reads_snapshots_strictly():
         worker.load_weights({**weights, UNKNOWN: weights[MISSING]})
     with pytest.raises(ValueError, match=f"lack '{MISSING}'"):
         worker.load_weights({k: v for k, v in weights.items() if k != MISSING})
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_packed_state_is_one_buffer_of_views_that_pickles_and_loads_like_the_dict(dtype):
+    """What the trainers ship (``ship_state``): one flat buffer, every value a view in its parameter's shape,
+    equal to the dict cast to ``dtype``; it survives pickling (what Ray does) and loads the same model."""
+    import pickle
+
+    weights = _weights(0)
+    packed = PackedState.pack(weights, dtype)
+    assert list(packed) == list(weights) and len(packed) == len(weights)
+    flat_type = np.ndarray if dtype == "float32" else torch.Tensor
+    assert isinstance(packed.flat, flat_type) and len(packed.flat) == sum(v.size for v in weights.values())
+    for name, value in weights.items():
+        expected = torch.from_numpy(value).to(getattr(torch, dtype))
+        got = packed[name] if dtype == "bfloat16" else torch.from_numpy(packed[name])
+        assert tuple(got.shape) == value.shape and torch.equal(got, expected)
+    shipped = pickle.loads(pickle.dumps([packed, _adam(weights)], protocol=5))
+    merged, optimizer = split_snapshot(shipped)
+    model, reference = build_model(CONFIG, MODEL), build_model(CONFIG, MODEL)
+    load_snapshot(model, merged)
+    load_snapshot(reference, {k: torch.from_numpy(v).to(getattr(torch, dtype)) for k, v in weights.items()})
+    assert optimizer is not None and all(torch.equal(a, b) for a, b in
+                                         zip(model.state_dict().values(), reference.state_dict().values(), strict=True))
+
+
+def test_packed_state_fill_converts_and_names_a_wrong_shape():
+    packed = PackedState.empty({"a": (2,), "b": (1, 2)}, "float32")
+    packed.fill("b", torch.tensor([[1.0, 2.0]], dtype=torch.bfloat16))
+    np.testing.assert_array_equal(packed.flat, [0, 0, 1, 2])
+    np.testing.assert_array_equal(packed["b"], [[1, 2]])
+    with pytest.raises(ValueError, match=r"packed state 'a': shape \(3,\), expected \(2,\)"):
+        packed.fill("a", np.zeros(3))
+    with pytest.raises(ValueError, match="float32 or bfloat16, not 'float16'"):
+        PackedState.empty({"a": (2,)}, "float16")
