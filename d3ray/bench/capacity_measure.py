@@ -29,7 +29,7 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -191,15 +191,12 @@ def time_model(model: str, corpus: Any, batch_size: int, seq_len: int, device: s
         _sync(device)
         steps.append(time.perf_counter() - t0)
     steps = steps[1:]
-    # As the trainers ship a snapshot (d3ray.train.snapshot.ship_tensor, bfloat16 default): the state dict
-    # (a tied lm_head twice) and m, v as CPU bfloat16 torch tensors.
-    bf16 = lambda t: t.detach().to(device="cpu", dtype=torch.bfloat16, copy=True)  # noqa: E731
+    # As the trainers ship a snapshot (d3ray.train.snapshot, bfloat16 default): the state dict (a tied
+    # lm_head twice) and m, v, each packed into one CPU bfloat16 buffer.
+    from d3ray.train.snapshot import ship_optimizer_state, ship_state
+
     state = AdamWState.from_torch(opt, net.named_parameters(), max_grad_norm=tcfg.grad_clip)
-    parts = [
-        {k: bf16(v) for k, v in net.state_dict().items()},
-        replace(state, exp_avg={k: bf16(torch.from_numpy(v)) for k, v in state.exp_avg.items()},
-                exp_avg_sq={k: bf16(torch.from_numpy(v)) for k, v in state.exp_avg_sq.items()}),
-    ]
+    parts = [ship_state(net.state_dict(), "bfloat16"), ship_optimizer_state(state, "bfloat16")]
     del net, opt, state
     # drift, residual none, adam, s = 1/8, the potential from the gradient: the one forward+backward per batch
     # the model prices (the default `potential: step`, two batched forwards, costs less: influence README)
@@ -288,20 +285,21 @@ class SnapshotReader:
 
 
 def snapshot_parts(config: dict[str, Any], seed: int = 0) -> list[Any]:
-    """A snapshot as the trainers ship it by default (``d3ray.train.snapshot``, bfloat16): the state dict
-    (a tied lm_head twice) and an :class:`AdamWState` with m, v of the parameters' shapes."""
+    """A snapshot as the trainers ship it by default (``d3ray.train.snapshot``, bfloat16, each state dict
+    packed into one buffer): the state dict (a tied lm_head twice) and an :class:`AdamWState` with m, v of
+    the parameters' shapes."""
     import torch
 
     from d3ray.influence.optimizer import AdamWState
     from d3ray.model import ModelConfig, build_model
+    from d3ray.train.snapshot import ship_optimizer_state, ship_state
 
     torch.manual_seed(seed)
     model = build_model(config, ModelConfig())
-    weights = {k: v.detach().to(torch.bfloat16).clone() for k, v in model.state_dict().items()}
-    moments = {k: v.detach().to(torch.bfloat16).clone() for k, v in model.named_parameters()}
+    moments = {k: v.detach().clone() for k, v in model.named_parameters()}
     state = AdamWState(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, step=1, exp_avg=moments,
                        exp_avg_sq={k: v.abs() for k, v in moments.items()})
-    return [weights, state]
+    return [ship_state(model.state_dict(), "bfloat16"), ship_optimizer_state(state, "bfloat16")]
 
 
 def time_snapshot(parts: list[dict[str, np.ndarray]], repeats: int) -> SnapshotTiming:
