@@ -41,7 +41,6 @@ __all__ = [
     "master_copies",
     "ship_optimizer_state",
     "ship_state",
-    "ship_tensor",
     "snapshot_nbytes",
     "snapshot_optimizer_state",
     "snapshot_weights",
@@ -52,21 +51,6 @@ Shipped = np.ndarray | torch.Tensor
 #: Elements of each of m and v per all-reduce when the ZeRO-1/2 optimizer state is assembled (16M: a
 #: 128 MiB float32 buffer for the two).
 STATE_BUCKET_NUMEL = 1 << 24
-
-
-def ship_tensor(x: torch.Tensor | np.ndarray, dtype: str) -> Shipped:
-    """A CPU copy of ``x`` in the snapshot ``dtype``: float32 numpy, or a bfloat16 torch tensor.
-
-    Always a copy: without ZeRO the source is the live parameter or optimizer state, which the next
-    step changes while Ray may still be serialising it.
-
-    Raises:
-        ValueError: ``dtype`` is not one of ``SNAPSHOT_DTYPES``.
-    """
-    _check_dtype(dtype)
-    t = x.detach() if torch.is_tensor(x) else torch.from_numpy(np.asarray(x))
-    out = t.to(device="cpu", dtype=getattr(torch, dtype), copy=True)
-    return out.numpy() if dtype == "float32" else out
 
 
 def ship_state(state: Mapping[str, Any], dtype: str) -> PackedState:
