@@ -52,7 +52,7 @@ class AdamWState:
         weight_decay: λ (decoupled).
         step: t, updates taken so far (the next one has bias corrections at t + 1); 0 = fresh optimizer.
         exp_avg: name → m, shaped like the parameter: a float numpy array, or a float torch tensor
-            (a 16-bit snapshot ships bfloat16 tensors: numpy has no bfloat16).
+            (a 16-bit snapshot ships bfloat16 tensors, views into one packed buffer: numpy has no bfloat16).
         exp_avg_sq: name → v, shaped like the parameter, >= 0; same kinds as ``exp_avg``.
         max_grad_norm: C, the trainer's global gradient-norm clip (0 = none).
 

@@ -1,7 +1,8 @@
 """Reading a weights snapshot into a model: the one reader of every actor that loads the trainers' weights.
 
 The trainers publish a snapshot (``d3ray/train/snapshot.py``) as a list of parts: state dicts (name → array;
-numpy, or torch where numpy has no dtype, as bfloat16) and at most one
+numpy, or torch where numpy has no dtype, as bfloat16; the trainers ship each packed into one buffer,
+:class:`PackedState`, a mapping of views) and at most one
 :class:`~d3ray.influence.optimizer.AdamWState`. The influence actors
 (:class:`~d3ray.influence.worker.InfluenceWorker`) and the scoring actors
 (:class:`~d3ray.schedule.scoring.ScoringWorker`) both read it here, strictly:
