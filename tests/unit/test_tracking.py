@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -31,11 +32,11 @@ def log_rows(run_dir: Path, report_to: list[str]) -> None:
     logs.close()
 
 
-def wandb_history(path: Path) -> list[dict[str, float]]:
-    """The history rows of an offline W&B run file (LevelDB-log blocks of wandb Record protobufs)."""
+def wandb_records(path: Path) -> list:
+    """The records of an offline W&B run file (LevelDB-log blocks of wandb Record protobufs)."""
     from wandb.proto import wandb_internal_pb2
 
-    data, rows = path.read_bytes(), []
+    data, records = path.read_bytes(), []
     assert data[:4] == b":W&B"
     pos, payload = 7, b""
     while pos + 7 <= len(data):
@@ -49,9 +50,22 @@ def wandb_history(path: Path) -> list[dict[str, float]]:
             record = wandb_internal_pb2.Record()
             record.ParseFromString(payload)
             payload = b""
-            if record.WhichOneof("record_type") == "history":
-                rows.append({"/".join(i.nested_key) or i.key: json.loads(i.value_json) for i in record.history.item})
-    return rows
+            records.append(record)
+    return records
+
+
+def wandb_history(path: Path, timeout_s: float = 60.0) -> list[dict[str, float]]:
+    """The history rows of a finished offline W&B run file. ``run.finish()`` returns once the service has the
+    exit record; the service's writer can reach the disk a moment later (seen once under a loaded CI box), so
+    the file is read until its exit record is there."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        records = wandb_records(path)
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    return [{"/".join(i.nested_key) or i.key: json.loads(i.value_json) for i in r.history.item}
+            for r in records if r.WhichOneof("record_type") == "history"]
 
 
 def test_tracking_wandb_offline_run_holds_the_logged_rows(tmp_path, monkeypatch):
