@@ -201,6 +201,13 @@ class InfluenceConfig:
         """The weights snapshot must carry the optimizer state (an :class:`AdamWState`)."""
         return self.preconditioner == "adam"
 
+    @property
+    def potential_alone(self) -> bool:
+        """S is the exact AdamW drift potential alone, computed in batched forwards (``drift`` with
+        ``residual: none`` and ``potential: step | jvp``, the ``adam`` preconditioner): a chunk's batches
+        give one number each, and its LOP is solved by the sort by f."""
+        return self.estimator.batches_potential and self.needs_optimizer_state
+
     def check_shardable(self) -> None:
         """Raise ValueError unless this config can run on parameter shards (``influence_placement:
         in_trainer``; d3ray/train/sharded_influence.py says why the other estimators cannot)."""
@@ -211,7 +218,7 @@ class InfluenceConfig:
                 f"{self.estimator.type_name!r} (d3ray/train/sharded_influence.py says why); use "
                 "influence_placement: actors for it"
             )
-        if self.sketch.type_name == "identity":
+        if self.sketch.type_name == "identity" and not self.potential_alone:  # the potential alone sketches nothing
             raise ValueError("influence_placement in_trainer needs a JL sketch (sjlt or gaussian): the identity "
                              "sketch cannot be split over parameter shards")
 

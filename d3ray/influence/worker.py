@@ -19,7 +19,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,7 +39,8 @@ from d3ray.ray_refs import is_object_ref, resolve
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["InfluenceWorker", "influence_attention", "sample_rows", "takes_logits_to_keep"]
+__all__ = ["InfluenceWorker", "causal_logits", "influence_attention", "sample_rows", "sampled_objective",
+           "takes_logits_to_keep"]
 
 def influence_attention(requested: str, double_backward: bool) -> str:
     """The attention kernel of an influence model: eager where the estimator differentiates a gradient
@@ -63,6 +64,38 @@ def sample_rows(n_rows: int, fraction: float, seed: int, batch_id: int) -> np.nd
         return np.arange(n_rows)
     rng = np.random.default_rng(stable_seed("rows", seed, batch_id))
     return np.sort(rng.choice(n_rows, size=take, replace=False))
+
+
+def sampled_objective(ids: Any, labels: Any, config: InfluenceConfig, batch_id: int,
+                      logits_fn: Callable[[Params, torch.Tensor], torch.Tensor],
+                      device: torch.device) -> CrossEntropyObjective:
+    """The loss of batch ``batch_id``'s sampled sequences (:func:`sample_rows`, ``config.sample_fraction``):
+    ``ids`` an int (b, T) array, ``labels`` the same shape with −100 where unscored, or None (every next
+    token). The one definition of "the batch" that every scorer (actor or trainer) shares."""
+    ids = np.asarray(ids)
+    if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"batch {batch_id}: token ids must be an int (b, T) array, got {ids.dtype} {ids.shape}")
+    rows = sample_rows(ids.shape[0], config.sample_fraction, config.seed, batch_id)
+    input_ids = torch.as_tensor(ids[rows], dtype=torch.int64, device=device)  # (b', T)
+    if labels is None:
+        targets = input_ids[:, 1:]
+    else:
+        targets = torch.as_tensor(np.asarray(labels)[rows], dtype=torch.int64, device=device)[:, 1:]
+    return CrossEntropyObjective(logits_fn=logits_fn, inputs=input_ids, labels=targets)
+
+
+def causal_logits(model: torch.nn.Module, params: Params, input_ids: torch.Tensor, keeps_logits: bool) -> torch.Tensor:
+    """(b, T−1, V) next-token logits of ``model`` at ``params`` (parameters not in it are the model's own).
+
+    Where the model takes ``logits_to_keep`` (transformers' causal LMs, ``keeps_logits``), the LM head runs
+    on positions 0..T−2 only and the logits come out contiguous: slicing them afterwards computed the last
+    position's logits and copied the pass's largest tensor for the loss, 60% of a forward of the tiny
+    GPT-2 here (README.md, "The LM head on the scored positions only").
+    """
+    if not keeps_logits:
+        return functional_call(model, params, (input_ids,)).logits[:, :-1]
+    keep = torch.arange(input_ids.shape[1] - 1, device=input_ids.device)
+    return functional_call(model, params, (input_ids,), {"logits_to_keep": keep}).logits
 
 
 class InfluenceWorker:
@@ -164,31 +197,11 @@ class InfluenceWorker:
             ids, labels = batch
         else:
             ids, labels = batch, None
-        ids = np.asarray(ids)
-        if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
-            raise ValueError(
-                f"batch {batch_id}: token ids must be an int (b, T) array, got {ids.dtype} {ids.shape}"
-            )
-        rows = sample_rows(ids.shape[0], self.config.sample_fraction, self.config.seed, batch_id)
-        input_ids = torch.as_tensor(ids[rows], dtype=torch.int64, device=self.device)  # (b', T)
-        if labels is None:
-            targets = input_ids[:, 1:]
-        else:
-            targets = torch.as_tensor(np.asarray(labels)[rows], dtype=torch.int64, device=self.device)[:, 1:]
-        return CrossEntropyObjective(logits_fn=self._logits, inputs=input_ids, labels=targets)
+        return sampled_objective(ids, labels, self.config, batch_id, self._logits, self.device)
 
     def _logits(self, params: Params, input_ids: torch.Tensor) -> torch.Tensor:
-        """(b, T−1, V) next-token logits; parameters not in ``params`` are the model's (frozen) ones.
-
-        Where the model takes ``logits_to_keep`` (transformers' causal LMs), the LM head runs on positions
-        0..T−2 only and the logits come out contiguous: slicing them afterwards computed the last position's
-        logits and copied the pass's largest tensor for the loss, 60% of a forward of the tiny GPT-2 here
-        (README.md, "The LM head on the scored positions only").
-        """
-        if not self._keeps_logits:
-            return functional_call(self.model, params, (input_ids,)).logits[:, :-1]
-        keep = torch.arange(input_ids.shape[1] - 1, device=input_ids.device)
-        return functional_call(self.model, params, (input_ids,), {"logits_to_keep": keep}).logits
+        """(b, T−1, V) next-token logits; parameters not in ``params`` are the model's (frozen) ones."""
+        return causal_logits(self.model, params, input_ids, self._keeps_logits)
 
     def leaves(self) -> Params:
         """name → a fresh leaf (requires_grad) of each parameter that takes part, at the loaded weights."""

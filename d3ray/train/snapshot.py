@@ -38,6 +38,7 @@ from d3ray.schedule.scheduler import SNAPSHOT_DTYPES
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "full_optimizer_state",
     "master_copies",
     "ship_optimizer_state",
     "ship_state",
@@ -244,6 +245,53 @@ def _assembled_fragments(named: list[tuple[str, Any]], bucket_numel: int = STATE
         yield from flush()
 
 
+def _optimizer_moments(engine: Any, zero_stage: int, named: list[tuple[str, Any]]):
+    """(name, parameter, (m, v)) of every trainable parameter, whole, on every rank: the collectives of
+    ZeRO 1-3 are all-reduces (ZeRO-1/2 a bucket of parameters at a time, ZeRO-3 one parameter at a time);
+    without ZeRO the torch optimizer's own tensors (or views of its fp32 master copy). m or v is None where
+    the optimizer has no state for the parameter. Only after the optimizer's first step (``adamw_started``)."""
+    # ZeRO-1/2 link each parameter's optimizer-state fragments lazily, at the first step; a run resumed
+    # from a checkpoint holds the loaded state but publishes before its first step: link them now.
+    link = getattr(engine.optimizer, "_lazy_init_hp_params_optimizer_state", None)
+    if link is not None:
+        link()
+    if _flat_partitions(named):
+        yield from _assembled_fragments(named)
+        return
+    base = base_optimizer(engine)
+    masters = master_copies(engine.optimizer) if zero_stage == 0 else {}  # bf16 ZeRO-0: keyed by fp32 copies
+    for name, p in named:
+        yield name, p, _parameter_state(base, masters, zero_stage, p, name)
+
+
+def full_optimizer_state(engine: Any, zero_stage: int) -> AdamWState:
+    """The AdamW state of a DeepSpeed engine (ZeRO 0-2) by parameter name, m and v float32 and whole, on
+    every rank: what in-trainer scoring needs (``d3ray/train/trainer_potential.py``). Every rank must call
+    it (the same all-reduces as :func:`snapshot_optimizer_state`, whose result every rank holds anyway).
+    The tensors may be the optimizer's own: read them before the next step.
+
+    Raises:
+        ValueError: ZeRO-3 (no rank holds whole parameters), or the state is not Adam-like or does not
+            match the parameters' names and shapes.
+    """
+    if zero_stage == 3:
+        raise ValueError("full_optimizer_state: under ZeRO-3 no rank holds whole parameters (score on the shards)")
+    base = base_optimizer(engine)
+    named = _named_trainable(engine)
+    hyper = adamw_hyperparameters(engine)
+    shapes = {n: _full_shape(p) for n, p in named}
+    if not adamw_started(base):  # the same on every rank: they step together
+        return AdamWState.fresh(shapes, **hyper)
+    m_all: dict[str, Any] = {}
+    v_all: dict[str, Any] = {}
+    for name, _, (m, v) in _optimizer_moments(engine, zero_stage, named):
+        m_all[name] = m if m is not None else torch.zeros(shapes[name])
+        v_all[name] = v if v is not None else torch.zeros(shapes[name])
+    state = AdamWState(step=adamw_step(base), exp_avg=m_all, exp_avg_sq=v_all, **hyper)
+    state.check_covers(shapes)
+    return state
+
+
 def snapshot_optimizer_state(engine: Any, zero_stage: int, rank: int, dtype: str) -> AdamWState | None:
     """The AdamW state of a DeepSpeed engine (ZeRO 0-3) by parameter name, m and v in the snapshot
     ``dtype``, on rank 0 (None elsewhere).
@@ -264,21 +312,11 @@ def snapshot_optimizer_state(engine: Any, zero_stage: int, rank: int, dtype: str
         if rank != 0:
             return None
         return ship_optimizer_state(AdamWState.fresh({n: _full_shape(p) for n, p in named}, **hyper), dtype)
-    # ZeRO-1/2 link each parameter's optimizer-state fragments lazily, at the first step; a run resumed
-    # from a checkpoint holds the loaded state but publishes before its first step: link them now.
-    link = getattr(engine.optimizer, "_lazy_init_hp_params_optimizer_state", None)
-    if link is not None:
-        link()
     _check_dtype(dtype)
     shapes = {n: _full_shape(p) for n, p in named}
     exp_avg = PackedState.empty(shapes, dtype) if rank == 0 else None  # zeros where a parameter has no state
     exp_avg_sq = PackedState.empty(shapes, dtype) if rank == 0 else None
-    masters = master_copies(engine.optimizer) if zero_stage == 0 else {}  # bf16 ZeRO-0: keyed by fp32 copies
-    if _flat_partitions(named):
-        states = _assembled_fragments(named)
-    else:
-        states = ((name, p, _parameter_state(base, masters, zero_stage, p, name)) for name, p in named)
-    for name, _, (m, v) in states:
+    for name, _, (m, v) in _optimizer_moments(engine, zero_stage, named):
         if rank == 0:  # converted a bucket at a time: rank 0 never holds a float32 copy of all of it
             for packed, value in ((exp_avg, m), (exp_avg_sq, v)):
                 if value is not None:

@@ -6,8 +6,10 @@ them once and hands them to the coordinator (what to wait for) and to every trai
     TrainerRequests
         snapshot ─► the weights (and AdamW state) of version v, in the requested dtype: every rank takes
                     part in the ZeRO gathers (d3ray/train/snapshot.py), rank 0 hands the refs to the coordinator
-        sketch   ─► the chunks due at version v, sketched on the ranks' ZeRO-3 shards (the engine:
-                    d3ray/train/sharded_influence.py); rank 0 merges each chunk's S for the coordinator
+        sketch   ─► the chunks due at version v, scored by the ranks themselves: sketched on their ZeRO-3
+                    shards (d3ray/train/sharded_influence.py), or under ZeRO 0-2 the drift potential alone
+                    on the whole module, each rank a share of the batches (d3ray/train/trainer_potential.py);
+                    rank 0 merges each chunk's S for the coordinator
         feedback ─► the per-sample losses of every trained chunk, from rank 0 (one call per chunk)
 
 Version v is the number of chunks trained: the train loop calls :meth:`TrainerSide.start` before its
@@ -41,13 +43,16 @@ def check_requests(requests: TrainerRequests, zero_stage: int) -> None:
     """Refuse, before Ray starts, requests these trainers cannot carry out (a ``UserError`` naming the fix).
 
     Raises:
-        UserError: a sketch request without ZeRO-3 (the sketcher works on ZeRO-3 parameter shards).
+        UserError: a sketch request without ZeRO-3 (the sketcher works on ZeRO-3 parameter shards) that is
+            not the drift potential alone (which the ranks compute on whole parameters under ZeRO 0-2).
     """
     from d3ray.errors import UserError
 
-    if requests.sketch is not None and zero_stage != 3:
+    if requests.sketch is not None and zero_stage != 3 and not requests.sketch.influence.potential_alone:
         raise UserError(f"schedule.influence_placement=in_trainer sketches on ZeRO-3 parameter shards: set "
-                        f"--train.zero_stage=3 (got {zero_stage}), or use influence_placement: actors")
+                        f"--train.zero_stage=3 (got {zero_stage}), or use influence_placement: actors (under ZeRO "
+                        f"0-2 the trainers compute the drift potential alone: drift, residual none, potential "
+                        f"step or jvp)")
 
 
 def publish_snapshot(engine: Any, zero_stage: int, rank: int, coordinator: Any, version: int,
@@ -130,7 +135,11 @@ class TrainerSide:
         self.zero_stage, self.steps = zero_stage, steps
         self.logs: Any = None
         self.scorer = None
-        if requests.sketch is not None:
+        if requests.sketch is not None and zero_stage < 3:  # whole parameters: the potential on the module
+            from d3ray.train.trainer_potential import TrainerPotential
+
+            self.scorer = TrainerPotential(engine, requests.sketch.influence, rank, world, zero_stage, run_dir=run_dir)
+        elif requests.sketch is not None:  # ZeRO-3: sketches of the gradient slices
             from d3ray.train.sharded_influence import ShardedScorer
 
             self.scorer = ShardedScorer(engine, requests.sketch.influence, rank, world, run_dir=run_dir)

@@ -14,6 +14,7 @@ from d3ray.config_loading import ConfigError, load_config
 from d3ray.data.chunker import total_chunks
 from d3ray.errors import UserError
 from d3ray.influence.config import InfluenceConfig
+from d3ray.influence.estimators import FirstOrderConfig
 from d3ray.schedule.config import ScheduleConfig
 from d3ray.schedule.scheduler import (
     FeedbackRequest,
@@ -149,9 +150,25 @@ def test_trainer_side_sends_a_chunks_feedback_only_when_asked_and_from_rank_0(re
     assert [name for name, _ in coordinator.calls] == (["feedback"] if sent else [])
 
 
-def test_check_requests_refuses_sketches_without_zero_3():
-    sketch = TrainerRequests(sketch=SketchRequest(influence=InfluenceConfig(), staleness=1, L=4))
+def test_check_requests_refuses_sketches_without_zero_3_but_not_the_potential_alone():
+    potential = TrainerRequests(sketch=SketchRequest(influence=InfluenceConfig(), staleness=1, L=4))
+    assert potential.sketch.influence.potential_alone  # the default estimator: drift, residual none, step
+    for stage in (0, 1, 2, 3):  # ZeRO 0-2: on the whole module (trainer_potential.py); ZeRO-3: on the shards
+        check_requests(potential, zero_stage=stage)
+    sketch = TrainerRequests(sketch=SketchRequest(influence=InfluenceConfig(estimator=FirstOrderConfig()),
+                                                  staleness=1, L=4))
     check_requests(sketch, zero_stage=3)
     check_requests(TrainerRequests(snapshot=SnapshotRequest()), zero_stage=0)
     with pytest.raises(UserError, match=r"--train.zero_stage=3 \(got 2\)"):
         check_requests(sketch, zero_stage=2)
+
+
+def test_in_trainer_refuses_what_cannot_be_split_over_shards_but_not_the_potential_alone():
+    from d3ray.influence.config import IdentitySketchConfig
+    from d3ray.influence.estimators import HutchinsonConfig
+
+    InfluenceConfig(sketch=IdentitySketchConfig()).check_shardable()  # the potential alone sketches nothing
+    with pytest.raises(ValueError, match="identity sketch cannot be split"):
+        InfluenceConfig(estimator=FirstOrderConfig(), sketch=IdentitySketchConfig()).check_shardable()
+    with pytest.raises(ValueError, match="not 'hutchinson'"):
+        InfluenceConfig(estimator=HutchinsonConfig()).check_shardable()

@@ -39,10 +39,13 @@ class D3ScheduleConfig(ScheduleConfig):
     influence_placement: Literal["actors", "in_trainer"] = "actors"
     """Where the influence of a chunk is computed. ``actors``: InfluenceWorker actors that each hold a
     full model replica, fed a weights snapshot every chunk (cheapest for small models). ``in_trainer``:
-    the trainer ranks sketch the chunk themselves between chunks on their ZeRO-3 parameter shards
-    (``train.zero_stage: 3``, estimator ``first_order``): no weights move and no process holds a full
-    model, at the cost of trainer time (d3ray/train/sharded_influence.py; the influence_* actor
-    fields below are then unused)."""
+    the trainer ranks score the chunk themselves between chunks, each rank an equal share, and no weights
+    move: under ZeRO-3 they sketch it on their parameter shards (d3ray/train/sharded_influence.py; no
+    process holds a full model); under ZeRO 0-2 they compute the drift potential alone (the default
+    estimator) on their whole module (d3ray/train/trainer_potential.py). It costs trainer time, but where
+    an actor would share the trainers' cores (a CPU box) that is cheaper than the actor: its work lands on
+    one lock-step rank, and the others wait for it (README.md, "Benchmarks"). The influence_* actor
+    fields below are then unused."""
     influence_actors: int = 1
     """InfluenceWorker actors; a chunk's batches are split across them."""
     influence_num_cpus: float = 1.0
