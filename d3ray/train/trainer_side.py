@@ -76,10 +76,11 @@ def sketch_due_chunks(scorer: Any, request: SketchRequest, total_chunks: int, co
     """Sketch the chunks due at weights ``version`` and hand each chunk's S to the coordinator (rank 0
     merges the sketches); every rank calls. Returns the seconds spent (trainer time, logged as such).
 
-    Rank 0 asks the coordinator for each chunk's batches and tells the other ranks whether there is
-    work (a chunk restored from a checkpoint, or sketched before a rollback, needs none); then every
-    rank fetches the same batches and scores them together (``scorer``: a
-    :class:`~d3ray.train.sharded_influence.ShardedScorer`).
+    Rank 0 asks the coordinator for each chunk's batches (None: a chunk restored from a checkpoint, or
+    sketched before a rollback, needs none), fetches them and broadcasts them to the other ranks (tens of
+    KiB of token ids: one Ray round trip per chunk, not one per rank); then every rank scores the same
+    batches together (``scorer``: a :class:`~d3ray.train.sharded_influence.ShardedScorer` or a
+    :class:`~d3ray.train.trainer_potential.TrainerPotential`).
     """
     import ray
     import torch.distributed as dist
@@ -88,15 +89,17 @@ def sketch_due_chunks(scorer: Any, request: SketchRequest, total_chunks: int, co
 
     start = time.perf_counter()
     for chunk_id in request.due(version, total_chunks):
-        asked = ray.get(coordinator.sketch_request.remote(chunk_id)) if rank == 0 else None
-        flag = [asked is not None]
-        dist.broadcast_object_list(flag, src=0)
-        if not flag[0]:
-            continue
-        if rank != 0:  # cannot have changed: the chunk is decided only after every rank sketched it
+        work: list[Any] = [None]
+        if rank == 0:
             asked = ray.get(coordinator.sketch_request.remote(chunk_id))
-        refs, batch_ids = asked
-        sketches = scorer.score(chunk_id, ray.get(list(refs)), batch_ids)
+            if asked is not None:
+                refs, batch_ids = asked
+                work = [(ray.get(list(refs)), list(batch_ids))]
+        dist.broadcast_object_list(work, src=0)
+        if work[0] is None:
+            continue
+        batches, batch_ids = work[0]
+        sketches = scorer.score(chunk_id, batches, batch_ids)
         if rank == 0:  # merged here: S (L² numbers) leaves the trainers, not the sketch rows
             _, S, excluded = request.influence.estimator.merge([sketches], list(batch_ids))
             influence = ChunkInfluence(batch_ids=list(batch_ids), S=S, excluded=excluded, losses=sketches.losses,

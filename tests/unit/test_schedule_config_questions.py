@@ -77,16 +77,20 @@ def test_census_branches_exactly_the_schedules_whose_decisions_permute_the_strea
             check_inputs(load_run(tmp_path), options)
 
 
-@pytest.mark.parametrize(("overrides", "in_actor"), [
-    ([], True),  # the default: drift, residual none, the AdamW step, one influence actor
-    (["--schedule.influence.estimator.residual=sketch"], False),  # a sketched residual: a search may be needed
-    (["--schedule.influence_actors=2"], False),  # several actors: their parts are merged apart
-    (["--schedule.influence.preconditioner=none"], False),  # no optimizer state: not the drift potential
-    (["--schedule.influence.estimator.type=lookahead"], False),
-    (["--schedule.influence_placement=in_trainer", "--train.zero_stage=3"], False),
+@pytest.mark.parametrize(("overrides", "in_actor", "in_coordinator"), [
+    ([], True, False),  # the default: drift, residual none, the AdamW step, one influence actor
+    (["--schedule.influence.estimator.residual=sketch"], False, False),  # a sketched residual: a search may be needed
+    (["--schedule.influence_actors=2"], False, False),  # several actors: their parts are merged apart
+    (["--schedule.influence.preconditioner=none"], False, False),  # no optimizer state: not the drift potential
+    (["--schedule.influence.estimator.type=lookahead"], False, False),
+    (["--schedule.influence_placement=in_trainer", "--train.zero_stage=3"], False, True),  # the trainers' potential
+    (["--schedule.influence_placement=in_trainer", "--train.zero_stage=3", "--schedule.influence.estimator.type=first_order"],
+     False, False),  # the trainers' sketches: the solver actor searches
 ])
-def test_the_potential_alone_is_ordered_in_the_influence_actor_and_asks_for_no_solver(overrides, in_actor):
+def test_the_potential_alone_is_ordered_where_it_is_scored_and_asks_for_no_solver(overrides, in_actor, in_coordinator):
     cfg = _schedule("--schedule.type=d3", *overrides)
     assert cfg.sorts_in_influence_actor is in_actor
+    assert cfg.sorts_in_coordinator is in_coordinator
     roles = [r.role for r in cfg.actor_requests()]
-    assert ("solver" not in roles) is in_actor
+    assert ("solver" not in roles) is (in_actor or in_coordinator)
+    assert ("influence" in roles) is not cfg.in_trainer

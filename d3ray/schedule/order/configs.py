@@ -119,21 +119,31 @@ class D3ScheduleConfig(ScheduleConfig):
                                                         optimizer_state=self.influence.needs_optimizer_state))
 
     @property
-    def sorts_in_influence_actor(self) -> bool:
-        """One influence actor whose S is the exact drift potential alone (``drift``, ``residual: none``,
-        the AdamW step): S is rank 2 and its LOP is solved exactly by the sort by f
-        (``d3ray/solver/potential.py``), so that actor merges and orders the chunk itself, and no
-        solver actor (nor a merge task) is started: one hop per chunk instead of three."""
+    def orders_by_potential(self) -> bool:
+        """S is the exact drift potential alone (``drift``, ``residual: none``, the AdamW step): rank 2,
+        and its LOP is solved exactly by the sort by f (``d3ray/solver/potential.py``), no search."""
         estimator = self.influence.estimator
-        return (not self.in_trainer and self.influence_actors == 1 and not estimator.is_exact_lookahead
-                and estimator.exact_potential and self.influence.needs_optimizer_state
-                and not estimator.sketches_residual)
+        return (not estimator.is_exact_lookahead and estimator.exact_potential
+                and self.influence.needs_optimizer_state and not estimator.sketches_residual)
+
+    @property
+    def sorts_in_influence_actor(self) -> bool:
+        """One influence actor and S the potential alone (:attr:`orders_by_potential`): that actor merges
+        and orders the chunk itself, and no solver actor (nor a merge task) is started: one hop per
+        chunk instead of three."""
+        return not self.in_trainer and self.influence_actors == 1 and self.orders_by_potential
+
+    @property
+    def sorts_in_coordinator(self) -> bool:
+        """``in_trainer`` and S the potential alone: the coordinator sorts the trainers' S itself (the
+        certified sort, microseconds), and no solver actor is started."""
+        return self.in_trainer and self.orders_by_potential
 
     def actor_requests(self) -> list[ActorRequest]:
         solver = ActorRequest("solver", self.solver_pool.num_actors,
                               {"CPU": self.solver_pool.num_cpus, **self.solver_pool.resources})
         if self.in_trainer:
-            return [solver]
+            return [] if self.sorts_in_coordinator else [solver]
         influence = {"CPU": self.influence_num_cpus, "GPU": self.influence_num_gpus, **self.influence_resources}
         return [ActorRequest("influence", self.influence_actors, influence),
                 *([] if self.sorts_in_influence_actor else [solver])]

@@ -207,7 +207,10 @@ class D3Scheduler(SchedulerBase):
         ]
         # The exact potential alone in one actor: it orders the chunk itself (no solver actor, no merge task).
         self._in_actor = cfg.sorts_in_influence_actor
-        self.solver_pool = None if self._in_actor else cfg.solver_pool.build(cfg.solver, run_dir=ctx.run_dir)
+        # The trainers' S of the potential alone: sorted here (the certified sort), no solver actor either.
+        self._solver = cfg.solver.build() if cfg.sorts_in_coordinator else None
+        self.solver_pool = (None if self._in_actor or self._solver is not None
+                            else cfg.solver_pool.build(cfg.solver, run_dir=ctx.run_dir))
         self._assemble = ray.remote(num_cpus=0, max_retries=2)(assemble_influence)
         self._reference: list | None = None
         # Only a pool of several influence workers that sketch something needs a shared control-variate
@@ -241,7 +244,10 @@ class D3Scheduler(SchedulerBase):
             if S is None:
                 return Decided(_fallback(chunk, None, info["error"]))
             S_ref, info_ref = ray.put(S), ray.put(info)
-            solve_ref = self.solver_pool.submit(chunk.chunk_id, S_ref, seed=seed)
+            if self._solver is not None:  # rank 2: the sort by f, certified optimal (no search)
+                solve_ref = ray.put(self._solver.solve(S, seed=seed))
+            else:
+                solve_ref = self.solver_pool.submit(chunk.chunk_id, S_ref, seed=seed)
             return D3Pending(self.cfg, chunk.chunk_id, n, S_ref, info_ref, solve_ref, started)
         if self._in_actor:
             S_ref, info_ref, solve_ref = actors[0].order_chunk.options(num_returns=3).remote(
