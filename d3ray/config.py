@@ -40,10 +40,16 @@ class RayClusterConfig:
 #: The no-argument run shows the product: D3 on the tiny model with the influence defaults (``drift``
 #: with ``residual: none`` and the AdamW step: the exact drift potential f_i = <g_i, w> of an eighth of
 #: each batch's sequences over all parameters, nothing sketched, the order the sort by f: the knobs
-#: ``d3ray bench influence`` picked and ``d3ray bench pipeline`` measures), the influence actor at
-#: background priority so that the trainers keep the cores, and chunk 0 in stream order (its influence
-#: could overlap nothing: the trainers' first step would wait for it; ``schedule.first_chunk``).
-FIRST_RUN_SCHEDULE = D3ScheduleConfig(influence_nice=19, first_chunk="stream")
+#: ``d3ray bench influence`` picked and ``d3ray bench pipeline`` measures), scored by the trainers
+#: themselves, each rank an equal share between chunks (``influence_placement: auto``, which is
+#: ``in_trainer`` for this estimator; under ZeRO 0-2 the potential on the whole module,
+#: d3ray/train/trainer_potential.py): on a laptop an influence actor shares the trainers' cores, and its
+#: work on one lock-step rank holds back every rank (README.md, "Benchmarks"); and chunk 0 in stream order
+#: (its influence could overlap nothing: the trainers' first step would wait for it; ``schedule.first_chunk``).
+#: An estimator that sketches, a GPU share for the actors (``influence_num_gpus``, as the GPU configs in
+#: jobs/configs/ give) or ``--schedule.influence_placement=actors`` gives the asynchronous influence actor,
+#: at background priority (niceness 19) so that the trainers keep the cores.
+FIRST_RUN_SCHEDULE = D3ScheduleConfig(influence_placement="auto", influence_nice=19, first_chunk="stream")
 
 
 @dataclass(frozen=True, kw_only=True)

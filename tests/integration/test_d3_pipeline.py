@@ -60,6 +60,7 @@ def d3_config(corpus, out, name, *extra) -> RunConfig:
         "--schedule.type=d3", f"--schedule.L={L}", "--schedule.influence.sketch.k=256",
         "--schedule.influence.sample_fraction=0.5", "--schedule.deadline_s=3600",  # a fallback can only come from a failure, not a slow box
         "--schedule.first_chunk=scored",  # every chunk scored, chunk 0 too (the no-argument run trains it in stream order)
+        "--schedule.influence_placement=actors",  # the influence actor (the no-argument run: the trainers score)
         *extra,
     ])
 

@@ -153,7 +153,7 @@ SCHEDULERS = {  # name: overrides of a scheduler whose actors ask for GPU shares
     # a sketched residual: S needs the solver pool (the default, the potential alone, sorts in the influence actor)
     "d3_gpu": ["--schedule.type=d3", "--schedule.influence_num_gpus=0.5", "--schedule.influence_num_cpus=2",
                "--schedule.influence.estimator.residual=sketch"],
-    "d3_cpu": ["--schedule.type=d3", "--schedule.influence_num_cpus=1"],
+    "d3_cpu": ["--schedule.type=d3", "--schedule.influence_placement=actors", "--schedule.influence_num_cpus=1"],
     "curriculum_gpu": ["--schedule.type=curriculum", "--schedule.scorer_num_gpus=0.25",
                        "--schedule.scorer_num_cpus=3"],
     "curriculum_cpu": ["--schedule.type=curriculum", "--schedule.scorer_num_cpus=2"],
@@ -261,7 +261,7 @@ def test_an_influence_actor_holds_its_gpu_share_and_chooses_cuda(placement):
 
 def test_influence_actors_without_gpus_choose_the_cpu(placement):
     (actor,) = placement["d3_cpu"]["influence"]
-    assert "solver" not in placement["d3_cpu"], "the default (the potential alone) sorts in the influence actor"
+    assert "solver" not in placement["d3_cpu"], "the potential alone sorts in the influence actor"
     assert not actor["resources"].get("GPU") and actor["gpu_ids"] == []
     assert actor["device_if_cuda"] == "cpu" and actor["threads"] == actor["torch_threads"] == 1
 

@@ -87,8 +87,8 @@ def test_load_config_choice_knob_of_another_choice_is_an_unknown_key():
 @pytest.mark.parametrize(
     "overrides, dtype",
     [
-        (["--schedule.type=d3"], "bfloat16"),  # the default: the influence actors take 16 bits
-        (["--schedule.type=d3", "--schedule.snapshot_dtype=float32"], "float32"),
+        (["--schedule.type=d3", "--schedule.influence_placement=actors"], "bfloat16"),  # the influence actors take 16 bits
+        (["--schedule.type=d3", "--schedule.influence_placement=actors", "--schedule.snapshot_dtype=float32"], "float32"),
         (["--schedule.type=loss_reweight", "--schedule.order.type=d3"], "bfloat16"),  # only d3 reads weights
         (["--schedule.type=loss", "--schedule.order.type=d3"], "float32"),  # the loss scorer reads them too
         (["--schedule.type=curriculum"], "float32"),
@@ -96,6 +96,11 @@ def test_load_config_choice_knob_of_another_choice_is_an_unknown_key():
 )
 def test_snapshot_dtype_is_16_bit_only_when_every_weights_reader_takes_it(overrides, dtype):
     assert load_config(RunConfig, None, overrides).schedule.trainer_requests().snapshot.dtype == dtype
+
+
+def test_the_no_argument_d3_publishes_no_snapshot_its_trainers_score_the_potential():
+    requests = load_config(RunConfig, None, ["--schedule.type=d3"]).schedule.trainer_requests()
+    assert requests.snapshot is None and requests.sketch is not None and requests.sketch.influence.potential_alone
 
 
 def test_bad_snapshot_dtype_names_the_field():

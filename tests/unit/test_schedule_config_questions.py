@@ -78,9 +78,11 @@ def test_census_branches_exactly_the_schedules_whose_decisions_permute_the_strea
 
 
 @pytest.mark.parametrize(("overrides", "in_actor", "in_coordinator"), [
-    ([], True, False),  # the default: drift, residual none, the AdamW step, one influence actor
+    ([], False, True),  # the default: drift, residual none, the AdamW step, scored by the trainers (auto)
+    (["--schedule.influence_placement=actors"], True, False),  # one influence actor
+    (["--schedule.influence_num_gpus=0.25"], True, False),  # auto: actors given a GPU share of their own
     (["--schedule.influence.estimator.residual=sketch"], False, False),  # a sketched residual: a search may be needed
-    (["--schedule.influence_actors=2"], False, False),  # several actors: their parts are merged apart
+    (["--schedule.influence_placement=actors", "--schedule.influence_actors=2"], False, False),  # parts merged apart
     (["--schedule.influence.preconditioner=none"], False, False),  # no optimizer state: not the drift potential
     (["--schedule.influence.estimator.type=lookahead"], False, False),
     (["--schedule.influence_placement=in_trainer", "--train.zero_stage=3"], False, True),  # the trainers' potential

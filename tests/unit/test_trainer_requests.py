@@ -33,7 +33,8 @@ def requests_of(*overrides: str) -> TrainerRequests:
 @pytest.mark.parametrize("preconditioner, optimizer_state", [("adam", True), ("none", False)])
 def test_d3_on_actors_asks_a_16_bit_snapshot_with_the_adam_state_when_its_preconditioner_reads_it(
         preconditioner, optimizer_state):
-    requests = requests_of("--schedule.type=d3", f"--schedule.influence.preconditioner={preconditioner}")
+    requests = requests_of("--schedule.type=d3", "--schedule.influence_placement=actors",
+                           f"--schedule.influence.preconditioner={preconditioner}")
     assert requests == TrainerRequests(snapshot=SnapshotRequest(dtype="bfloat16", optimizer_state=optimizer_state))
 
 

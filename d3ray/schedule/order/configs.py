@@ -36,16 +36,20 @@ class D3ScheduleConfig(ScheduleConfig):
     """Seed of the solver (combined with the chunk id)."""
     solver_pool: SolverPoolConfig = field(default_factory=lambda: SolverPoolConfig(num_cpus=0.25))
     """Solver actors: count, CPUs, custom resources (pin to CPU nodes), restarts."""
-    influence_placement: Literal["actors", "in_trainer"] = "actors"
+    influence_placement: Literal["auto", "actors", "in_trainer"] = "actors"
     """Where the influence of a chunk is computed. ``actors``: InfluenceWorker actors that each hold a
-    full model replica, fed a weights snapshot every chunk (cheapest for small models). ``in_trainer``:
-    the trainer ranks score the chunk themselves between chunks, each rank an equal share, and no weights
-    move: under ZeRO-3 they sketch it on their parameter shards (d3ray/train/sharded_influence.py; no
-    process holds a full model); under ZeRO 0-2 they compute the drift potential alone (the default
-    estimator) on their whole module (d3ray/train/trainer_potential.py). It costs trainer time, but where
-    an actor would share the trainers' cores (a CPU box) that is cheaper than the actor: its work lands on
-    one lock-step rank, and the others wait for it (README.md, "Benchmarks"). The influence_* actor
-    fields below are then unused."""
+    full model replica, fed a weights snapshot every chunk, one chunk ahead and asynchronously (the
+    production placement: give them a GPU share, ``influence_num_gpus``). ``in_trainer``: the trainer
+    ranks score the chunk themselves between chunks, each rank an equal share, and no weights move: under
+    ZeRO-3 they sketch it on their parameter shards (d3ray/train/sharded_influence.py; no process holds a
+    full model); under ZeRO 0-2 they compute the drift potential alone (the default estimator) on their
+    whole module (d3ray/train/trainer_potential.py). It costs trainer time, but where an actor would
+    share the trainers' cores (a CPU box) that is cheaper than the actor: its work lands on one lock-step
+    rank, and the others wait for it (README.md, "Benchmarks"); the influence_* actor fields below are
+    then unused. ``auto`` (the no-argument run's): ``in_trainer`` for the drift potential alone
+    (``InfluenceConfig.potential_alone``) unless the actors were given resources of their own
+    (``influence_num_gpus`` or ``influence_resources``); ``actors`` for anything that sketches or steps.
+    The schedule log's ``influence_placement`` says which one a run used."""
     influence_actors: int = 1
     """InfluenceWorker actors; a chunk's batches are split across them."""
     influence_num_cpus: float = 1.0
@@ -99,15 +103,24 @@ class D3ScheduleConfig(ScheduleConfig):
             raise ValueError(f"schedule.influence_actors={self.influence_actors} must be >= 1")
         if self.first_chunk not in ("scored", "stream"):
             raise ValueError(f"schedule.first_chunk={self.first_chunk!r} must be scored or stream")
-        if self.influence_placement not in ("actors", "in_trainer"):
-            raise ValueError(f"schedule.influence_placement={self.influence_placement!r} must be actors or in_trainer")
+        if self.influence_placement not in ("auto", "actors", "in_trainer"):
+            raise ValueError(f"schedule.influence_placement={self.influence_placement!r} must be auto, actors or "
+                             f"in_trainer")
         if self.in_trainer:
             self.influence.check_shardable()
 
     @property
+    def placement(self) -> str:
+        """``actors`` or ``in_trainer``: ``influence_placement`` with ``auto`` resolved (see the field)."""
+        if self.influence_placement != "auto":
+            return self.influence_placement
+        own_resources = bool(self.influence_num_gpus or self.influence_resources)
+        return "in_trainer" if self.influence.potential_alone and not own_resources else "actors"
+
+    @property
     def in_trainer(self) -> bool:
-        """The trainers sketch each chunk on their shards (``influence_placement: in_trainer``)."""
-        return self.influence_placement == "in_trainer"
+        """The trainers score each chunk themselves (:attr:`placement` ``in_trainer``)."""
+        return self.placement == "in_trainer"
 
     def trainer_requests(self) -> TrainerRequests:
         """``in_trainer``: the trainers sketch each chunk (no weights move); ``actors``: a weights snapshot

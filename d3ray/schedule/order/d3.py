@@ -292,7 +292,7 @@ def _sketches_anything(config: InfluenceConfig) -> bool:
 def _base_record(cfg: D3ScheduleConfig) -> dict[str, Any]:
     """The schedule-log fields of every D3 decision: what decided it."""
     return {"scheduler": "d3", "estimator": cfg.influence.estimator.describe(),
-            "influence_placement": cfg.influence_placement, "solver": cfg.solver.type_name,
+            "influence_placement": cfg.placement, "solver": cfg.solver.type_name,
             "staleness": cfg.staleness}
 
 
