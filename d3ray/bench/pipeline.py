@@ -25,12 +25,13 @@ that on the scheduler. The figures pool every step and token of the repeats:
 
 The scheduler runs with the run config's defaults for it (D3: ``d3ray.config.FIRST_RUN_SCHEDULE``, the
 influence defaults: drift with ``residual: none`` and the AdamW step, the exact potential of 1/8 of each
-batch's sequences over all parameters, nothing sketched, influence at niceness 19, chunk 0 in stream
-order: ``first_chunk_stream_order`` counts such rows); ``--set KEY=VALUE`` changes them for the
-scheduler's run only, and the JSON records the resolved schedule config. Niceness 19 matters where
-the influence actor shares the trainers' cores: Ray runs every worker at 15. On a 2-core box the steps
-that overlap a chunk's influence are slower, because influence is CPU work on the trainers' cores; on
-GPU clusters it has its own (fractional) GPU. Measured figures: README.md ("Benchmarks").
+batch's sequences over all parameters, nothing sketched, scored by the trainers themselves
+(``influence_placement: auto``), chunk 0 in stream order: ``first_chunk_stream_order`` counts such rows);
+``--set KEY=VALUE`` changes them for the scheduler's run only (``--set schedule.influence_placement=actors``:
+the influence actor, at niceness 19 where it shares the trainers' cores; Ray runs every worker at 15),
+and the JSON records the resolved schedule config. On a 2-core box influence is CPU work on the trainers'
+cores whoever does it; on GPU clusters the actors have their own (fractional) GPU. Measured figures:
+README.md ("Benchmarks").
 """
 
 from __future__ import annotations

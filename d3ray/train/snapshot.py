@@ -212,12 +212,15 @@ def _assembled_fragments(named: list[tuple[str, Any]], bucket_numel: int = STATE
     (a larger parameter is a bucket of its own)."""
     import deepspeed.comm as dist
 
+    from d3ray.train.collectives import collective_device
+
     group = named[0][1]._dp_group
     bucket: list[tuple[str, Any]] = []
 
     def flush():
         total = sum(p.numel() for _, p in bucket)
-        buffer = torch.zeros(2 * total, dtype=torch.float32)
+        # on the device the group's backend reduces on (NCCL: this rank's GPU; gloo: the CPU)
+        buffer = torch.zeros(2 * total, dtype=torch.float32, device=collective_device(group))
         offset = 0
         for _, p in bucket:
             mapping = p._hp_mapping

@@ -194,6 +194,8 @@ def assert_console_is_progress_eval_and_summary_only(console: str, out) -> None:
                   "'ScheduleCoordinator' and ID", "built successfully", "Token authentication"):
         assert noise not in console, f"{noise!r} on the console:\n{console[-3000:]}"
     logs = out / "job-test" / "logs"
-    assert {"driver.log", "coordinator.log", "trainer-0.log", "trainer-1.log", "influence-0.log"} <= {
-        p.name for p in logs.iterdir()}
+    assert {"driver.log", "coordinator.log", "trainer-0.log", "trainer-1.log"} <= {p.name for p in logs.iterdir()}
+    # the no-argument D3: the trainers score each next chunk themselves (influence_placement auto), no actor
+    rows = [json.loads(line) for line in (out / "job-test" / "schedule_log.jsonl").read_text().splitlines()]
+    assert {r["influence_placement"] for r in rows} == {"in_trainer"} and not (logs / "influence-0.log").exists()
     assert "FutureWarning" in (logs / "trainer-0.log").read_text(), "library warnings are kept in the run's logs"

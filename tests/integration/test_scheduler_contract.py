@@ -57,7 +57,10 @@ SHORT_RUNS = ["less", "loss_reweight", "doremi"]  # d3 runs in test_d3_pipeline.
 # checks them without a coordinator; every other scheduler is replayed here.
 REPLAYED = [n for n in SCHEDULERS if n not in STATELESS]
 # Cheap knobs per scheduler (the contract does not depend on them).
-KNOBS = {"d3": ["--schedule.influence.sketch.k=64", "--schedule.influence.sample_fraction=0.5"],
+# d3 on its influence actor: the replay publishes weights as the trainers would (the no-argument run's
+# placement, the trainers scoring themselves, runs end to end in test_pretrain / test_job_submit / test_sweep)
+KNOBS = {"d3": ["--schedule.influence.sketch.k=64", "--schedule.influence.sample_fraction=0.5",
+                "--schedule.influence_placement=actors"],
          # bf16 training on the CPU under ZeRO-0, whose AdamW state LESS reads from the snapshot (issue 27)
          "less": ["--schedule.sketch.k=64", "--schedule.max_target_sequences=4", "--train.precision=bf16"],
          "tsds": ["--schedule.max_target_sequences=4"],
