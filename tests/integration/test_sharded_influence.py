@@ -19,17 +19,12 @@ box that device is the CPU; the same check with NCCL is ``bench/gpu_check.sh``'s
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from d3ray.faults import FaultPlan, write_plan
+from tests.ranks import reported, run_ranks
 
 pytestmark = pytest.mark.slow
 
@@ -159,26 +154,10 @@ torch.distributed.destroy_process_group()
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_sharded_sketches_equal_unsharded_under_zero3(tmp_path):
     write_plan(tmp_path, FaultPlan(influence_nan_batches=[6]))  # the drill masks batch 6 (the script's nan_batch)
-    port = str(_free_port())
-    procs = []
-    for rank in range(2):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE="2",
-                   LOCAL_RANK=str(rank), PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-        procs.append(subprocess.Popen([sys.executable, "-c", SCRIPT], env=env, cwd=tmp_path, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-    outs = [p.communicate(timeout=600) for p in procs]
-    assert all(p.returncode == 0 for p in procs), "\n".join(err[-3000:] for _, err in outs)
-    lines = [ln for ln in outs[0][0].splitlines() if ln.startswith("RESULT ")]
-    assert lines, outs[0][1][-3000:]
-    out = json.loads(lines[-1][len("RESULT "):])
+    outs = run_ranks(SCRIPT, tmp_path)
+    out = reported(outs[0])
 
     for name, r in ((n, out[n]) for n in ("adam_cv", "plain", "drift", "adam_cv_one_row")):
         assert r["excluded"] == [[6], [6]], (name, r)  # the masked batch, by both paths
@@ -203,5 +182,5 @@ def test_sharded_sketches_equal_unsharded_under_zero3(tmp_path):
     assert out["strays"] == []
     calls = out["collectives"]
     assert out["eval_all_reduces"] >= 2 and calls["all_to_all_single"] > 0 and calls["all_gather_into_tensor"] > 0
-    evals = [json.loads(next(ln for ln in o.splitlines() if ln.startswith("EVAL "))[len("EVAL "):]) for o, _ in outs]
+    evals = [reported(o, "EVAL") for o in outs]
     assert evals[0] == evals[1] and math.isfinite(evals[0]["eval/a/loss"]) and math.isfinite(evals[0]["eval/a/loss_se"])

@@ -8,14 +8,9 @@ No Ray: two processes (this file's SCRIPT), as DeepSpeed runs its ranks."""
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+
+from tests.ranks import reported, run_ranks
 
 pytestmark = pytest.mark.slow
 
@@ -63,24 +58,8 @@ torch.distributed.destroy_process_group()
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_bucketed_zero2_optimizer_state_equals_deepspeeds_per_parameter_assembly(tmp_path):
-    port = str(_free_port())
-    procs = []
-    for rank in range(2):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE="2",
-                   LOCAL_RANK=str(rank), DS_ACCELERATOR="cpu", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-        procs.append(subprocess.Popen([sys.executable, "-c", SCRIPT], env=env, cwd=tmp_path, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-    outs = [p.communicate(timeout=600) for p in procs]
-    assert all(p.returncode == 0 for p in procs), "\n".join(err[-3000:] for _, err in outs)
-    results = [json.loads(next(ln for ln in o.splitlines() if ln.startswith("RESULT "))[len("RESULT "):])
-               for o, _ in outs]
+    results = [reported(out) for out in run_ranks(SCRIPT, tmp_path)]
     for r in results:
         assert r["flat"] and r["one_per_bucket"] and r["mid"] and r["one_bucket"], r
     assert results[0]["shipped"] and results[0]["nonzero"] > 0

@@ -11,16 +11,10 @@ they were, and training must go on afterwards. A chunk of 3 batches on 2 ranks g
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from d3ray.faults import FaultPlan, write_plan
+from tests.ranks import reported, run_ranks
 
 pytestmark = pytest.mark.slow
 
@@ -104,29 +98,9 @@ torch.distributed.destroy_process_group()
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_trainer_potential_equals_the_actors_under_zero2_and_zero0(tmp_path):
     write_plan(tmp_path, FaultPlan(influence_nan_batches=[5]))  # the drill masks batch 5 (the script's nan_batch)
-    port = str(_free_port())
-    procs = []
-    for rank in range(2):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE="2",
-                   LOCAL_RANK=str(rank), PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-        procs.append(subprocess.Popen([sys.executable, "-c", SCRIPT], env=env, cwd=tmp_path, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-    outs = [p.communicate(timeout=600) for p in procs]
-    assert all(p.returncode == 0 for p in procs), "\n".join(err[-3000:] for _, err in outs)
-    results = []
-    for stdout, stderr in outs:
-        lines = [ln for ln in stdout.splitlines() if ln.startswith("RESULT ")]
-        assert lines, stderr[-3000:]
-        results.append(json.loads(lines[-1][len("RESULT "):]))
-    zero, one = results
+    zero, one = (reported(out) for out in run_ranks(SCRIPT, tmp_path))
     for stage in ("2", "0"):
         r = zero[stage]
         assert r["mine"] == one[stage]["mine"], stage  # the all-reduce gives every rank the chunk's numbers
