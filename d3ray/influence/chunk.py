@@ -283,7 +283,7 @@ def potential_chunk(
     for bid in excluded:
         logger.warning("influence: batch %s has a non-finite loss or potential; excluded", bid)
     f = np.where(finite, f, 0.0)
-    if not np.any(f) and len(f):  # expected before the first step without weight decay (no momentum yet)
+    if not np.any(f):  # expected before the first step without weight decay (no momentum yet)
         logger.log(logging.INFO if optimizer.step == 0 else logging.WARNING,
                    "influence: the AdamW drift potential is zero for every batch (no momentum or weight decay "
                    "yet?): S is zero")

@@ -77,10 +77,6 @@ class TrainerPotential:
         if not self.names:
             raise ValueError(f"param_filter {config.param_filter!r} matches no trainable parameter")
         self._keeps_logits = takes_logits_to_keep(self.module)
-        self._others: Params = {}  # the float32 copies of the parameters f does not move, for one chunk
-
-    def _logits(self, params: Params, input_ids: torch.Tensor) -> torch.Tensor:
-        return causal_logits(self.module, {**self._others, **params}, input_ids, self._keeps_logits)
 
     def score(self, chunk_id: int, batches: Sequence[Any], batch_ids: Sequence[int]) -> BatchSketches:
         """The chunk's BatchSketches (zero-width rows, ``potential`` f, the losses; the same on every rank).
@@ -97,8 +93,12 @@ class TrainerPotential:
         state = full_optimizer_state(self.engine, self.zero_stage)  # a collective: every rank, every chunk
         named = dict(self.module.named_parameters())
         params = {n: named[n].detach().to(torch.float32) for n in self.names}
-        self._others = {n: p.detach().to(torch.float32) for n, p in named.items()
-                        if n not in params and p.dtype != torch.float32}
+        # the parameters f does not move, as float32 copies where the module holds another dtype
+        others = {n: p.detach().to(torch.float32) for n, p in named.items() if n not in params and p.dtype != torch.float32}
+
+        def logits(p: Params, input_ids: torch.Tensor) -> torch.Tensor:  # one function for every batch's passes
+            return causal_logits(self.module, {**others, **p}, input_ids, self._keeps_logits)
+
         device = next(iter(params.values())).device
         mine = list(range(self.rank, len(batch_ids), self.world))  # rank r: batches r, r + W, ...
         objectives = []
@@ -108,14 +108,13 @@ class TrainerPotential:
             labels = lm_labels(ids, batch.n_tokens, batch.loss_mask)
             faults.inject(self.run_dir, "sketch_batch", rank=self.rank, chunk_id=chunk_id, position=position,
                           batch_id=bid, labels=labels)
-            objectives.append(sampled_objective(ids, labels, self.config, bid, self._logits, device))
+            objectives.append(sampled_objective(ids, labels, self.config, bid, logits, device))
         was_training = self.module.training
         self.module.eval()
         try:
             part = potential_chunk(objectives, [batch_ids[i] for i in mine], params, self.config, state) if mine else None
         finally:
             self.module.train(was_training)
-            self._others = {}
         # (ℓ, f, excluded) of every batch: each rank fills its own columns, the sum is the chunk's
         numbers = torch.zeros(3, len(batch_ids), dtype=torch.float64)
         if part is not None:
