@@ -4,9 +4,9 @@ Per chunk (metric: the mean held-out loss over the run's in-domain eval sets, lo
 the sd of the R random orders' losses (how much order matters here), each marked order's z-score
 against them and its rank among them (1 = better than every random order); the correlation, over every
 branch of the chunk, between the solver's objective of the order (``ordering_cost`` on the chunk's S:
-the backward positive weight D3 minimises) and the held-out loss; with all L! orders, D3's regret
-against the best one. Across chunks: each marked order's mean z with a 95% t-interval and the share of
-chunks where it beats the median random order.
+the backward positive weight D3 minimises) and the held-out loss; with all L! orders, each marked
+order's regret against the true best one (:func:`all_orders_summary`). Across chunks: each marked
+order's mean z with a 95% t-interval and the share of chunks where it beats the median random order.
 
 The positive controls: :func:`recency_control` (the planted recency effect of ``--control recency``) and
 :func:`planted_control` (the planted batch's position, ``--control planted``). ``report.py`` renders what
@@ -87,9 +87,52 @@ def chunk_summary(entry: dict[str, Any], key: str = "eval") -> dict[str, Any]:
         out[label] = {"pearson": pearson(costs, list(distinct.values())),
                       "spearman": spearman(costs, list(distinct.values())),
                       "n": int(np.isfinite(list(distinct.values())).sum())}
-    perms = [v for n, v in losses.items() if n.startswith("perm_")]
-    if perms and "d3" in losses:
-        out["d3_regret"] = losses["d3"] - float(np.nanmin(perms))
+    exhaustive = all_orders_summary(branches, key)
+    if exhaustive:
+        out["exhaustive"] = exhaustive
+    return out
+
+
+def all_orders_summary(branches: dict[str, Any], key: str = "eval") -> dict[str, Any] | None:
+    """With all L! orders trained (``perm_*``): the true best order and how far each marked order is from it.
+
+    ``best``/``median``/``worst``: the held-out loss over the finished permutations; per marked order its
+    ``regret`` (its loss − the best) and ``share_better`` (the fraction of all orders strictly better: 0 = it
+    is the best order, 0.5 = a median one); ``random_regret``: the mean over all orders − the best (the
+    expected regret of a uniformly random order, what an ordering must beat). None without permutations."""
+    perms = [r for n, r in branches.items() if n.startswith("perm_")]
+    losses = np.asarray([mean_loss(r, key) for r in perms], dtype=np.float64)
+    finite = losses[np.isfinite(losses)]
+    if not len(finite):
+        return None
+    best = float(finite.min())
+    out: dict[str, Any] = {"orders": len(finite), "failed": int(len(losses) - len(finite)), "best": best,
+                           "best_order": list(perms[int(np.nanargmin(losses))]["order"]), "median": float(np.median(finite)),
+                           "worst": float(finite.max()), "random_regret": float(finite.mean()) - best, "marked": {}}
+    for name in MARKED:
+        if name in branches:
+            v = mean_loss(branches[name], key)
+            out["marked"][name] = {"regret": v - best if math.isfinite(v) else float("nan"),
+                                   "share_better": float((finite < v).mean()) if math.isfinite(v) else float("nan")}
+    return out
+
+
+def across_exhaustive(summaries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Across the chunks trained in all L! orders: the mean spread (worst − best), the mean regret of a
+    random order, and per marked order the mean regret and mean share of orders better, with 95%
+    t-intervals. None when no chunk has them."""
+    rows = [s["exhaustive"] for s in summaries if "exhaustive" in s]
+    if not rows:
+        return None
+    out: dict[str, Any] = {"chunks": len(rows), "mean_range": float(np.mean([r["worst"] - r["best"] for r in rows])),
+                           "random_regret": dict(zip(("mean", "ci_low", "ci_high"),
+                                                     t_interval([r["random_regret"] for r in rows]), strict=True))}
+    for name in MARKED:
+        marked = [r["marked"][name] for r in rows if name in r["marked"]]
+        if marked:
+            out[name] = {stat: dict(zip(("mean", "ci_low", "ci_high"), t_interval([m[stat] for m in marked]), strict=True))
+                         for stat in ("regret", "share_better")}
+            out[name]["n"] = len(marked)
     return out
 
 

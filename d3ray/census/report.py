@@ -17,6 +17,7 @@ import numpy as np
 from d3ray.census.analysis import (
     MARKED,
     across_chunks,
+    across_exhaustive,
     chunk_summary,
     collect,
     planted_control,
@@ -49,6 +50,9 @@ def write_report(out: Path, command: str, setup: dict[str, Any]) -> dict[str, An
             report["chunks"].setdefault(f"{K}/{c}", {})[metric] = summary
             summaries.append(summary)
         report["summary"][metric] = across_chunks(summaries)
+        exhaustive = across_exhaustive(summaries)
+        if exhaustive:
+            report["summary"][metric]["exhaustive"] = exhaustive
     for (K, c), entry in sorted(entries.items()):
         for name, result in entry["branches"].items():
             if name == "run" and "reproduction" in result:
@@ -144,6 +148,8 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
                               f"{_f(s['ci_high'], 2)}], {s['n']} chunks), mean Spearman {_f(s['mean_spearman'], 2)}. "
                               "Positive = orders with a lower objective gave a lower loss."]
         lines.append("")
+        if "exhaustive" in summary:
+            lines += exhaustive_markdown(summary["exhaustive"], report["chunks"], metric, int(setup["L"]))
     persist = int(setup.get("persist") or 0)
     for key, title, chunks_after in (("recency", "right after the branched chunk", 0),
                                      ("recency_persist", f"after {persist} more shared chunks", persist)):
@@ -176,6 +182,41 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
     lines.append("")
     lines += [f"![{p}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
+
+
+def exhaustive_markdown(summary: dict[str, Any], chunks: dict[str, Any], metric: str, L: int) -> list[str]:
+    """The "All L! orders" section: how far D3 and the other marked orders are from the true best order
+    (:func:`~d3ray.census.analysis.all_orders_summary`)."""
+    def ci(d: dict[str, float], digits: int) -> str:
+        return f"{_f(d['mean'], digits)} [{_f(d['ci_low'], digits)}, {_f(d['ci_high'], digits)}]"
+
+    rr = summary["random_regret"]
+    lines = [f"### All {math.factorial(L)} orders: regret against the true best order", "",
+             f"{summary['chunks']} chunks trained in every order. Regret: an order's held-out loss − the best "
+             "order's (nats); share better: the fraction of all orders that did strictly better (0 = the best "
+             "order, 0.5 = a median one). Mean worst − best order: "
+             f"{_f(summary['mean_range'], 5)} nats; a uniformly random order's expected regret: {ci(rr, 5)}.", "",
+             "| order | mean regret (95% CI) | mean share of orders better (95% CI) | chunks |", "|---|---|---|---|"]
+    for name in MARKED:
+        if name in summary:
+            s = summary[name]
+            lines.append(f"| {name} | {ci(s['regret'], 5)} | {ci(s['share_better'], 2)} | {s['n']} |")
+    lines += ["", "| checkpoint/chunk | best | median | worst | best order | d3 regret (share better) | "
+                  "reverse | alternate | lookahead | random order's regret |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for key, by_metric in chunks.items():
+        e = by_metric.get(metric, {}).get("exhaustive")
+        if not e:
+            continue
+
+        def cell(name: str, e: dict[str, Any] = e) -> str:
+            m = e["marked"].get(name)
+            return "-" if m is None else f"{_f(m['regret'], 5)} ({_f(m['share_better'], 2)})"
+
+        lines.append(f"| {key} | {_f(e['best'])} | {_f(e['median'])} | {_f(e['worst'])} | "
+                     f"{' '.join(map(str, e['best_order']))} | {cell('d3')} | {cell('d3_reverse')} | "
+                     f"{cell('d3_alternate')} | {cell('lookahead')} | {_f(e['random_regret'], 5)} |")
+    lines.append("")
+    return lines
 
 
 def planted_markdown(control: dict[str, Any]) -> list[str]:

@@ -66,3 +66,35 @@ def test_write_report_starts_with_command_and_lists_the_failed_branch(census_dir
     assert json.loads((census_dir / "census.json").read_text())["summary"]["eval"]["d3"]["n"] == 1
     assert report["chunks"]["2/2"]["eval"]["marked"]["d3"]["rank"] == 2
     assert (census_dir / "k00002.png").is_file()
+
+
+def test_all_orders_hand_built_chunk_gives_regret_share_better_and_random_regret(tmp_path):
+    """L = 3, all 6 orders trained (one failed): D3 the second best, its reverse the best; regrets, shares
+    of orders better and a random order's expected regret by hand; the report prints the section."""
+    from itertools import permutations
+
+    cdir = tmp_path / "branches" / "k00002" / "c00002"
+    losses = dict(zip(permutations(range(3)), (3.0, 1.0, 5.0, 2.0, 6.0, float("nan")), strict=True))
+    for i, (order, loss) in enumerate(losses.items()):
+        names = [f"perm_{i}"] + {(1, 2, 0): ["d3"], (0, 2, 1): ["d3_reverse"], (0, 1, 2): ["random_0"],
+                                  (2, 0, 1): ["random_1"], (1, 0, 2): ["random_2"]}.get(order, [])
+        if math.isnan(loss):
+            cdir.joinpath(f"perm_{i}.json").write_text(json.dumps({"names": names, "order": list(order), "status": "failed"}))
+            continue
+        write_branch(cdir, names, list(order), loss)
+    (cdir / "orders.json").write_text(json.dumps({"d3": [1, 2, 0]}))
+    e = chunk_summary(collect(tmp_path)[(2, 2)])["exhaustive"]
+    # finished losses 3, 1, 5, 2, 6 (order (2, 1, 0) failed): best 1 at (0, 2, 1), mean 3.4, median 3
+    assert (e["orders"], e["failed"], e["best"], e["median"], e["worst"]) == (5, 1, 1.0, 3.0, 6.0)
+    assert e["best_order"] == [0, 2, 1]
+    assert e["random_regret"] == pytest.approx(2.4)
+    assert e["marked"]["d3"] == {"regret": 1.0, "share_better": 0.2}  # loss 2: 1 of the 5 finished orders is lower
+    assert e["marked"]["d3_reverse"] == {"regret": 0.0, "share_better": 0.0}  # the best order
+    setup = {"run_dir": "r", "schedule": "random", "L": 3, "checkpoints": [2], "chunks": 1, "random_orders": 3,
+             "all_orders": True}
+    report = write_report(tmp_path, "d3ray census r --out o --all-orders", setup)
+    across = report["summary"]["eval"]["exhaustive"]
+    assert across["chunks"] == 1 and across["d3"]["regret"]["mean"] == 1.0 and across["mean_range"] == 5.0
+    text = (tmp_path / "results.md").read_text()
+    assert "### All 6 orders: regret against the true best order" in text
+    assert "| 2/2 | 1.0000 | 3.0000 | 6.0000 | 0 2 1 | 1.00000 (0.20) | 0.00000 (0.00) |" in text
