@@ -64,6 +64,9 @@ class CensusOptions:
     """Also D3 with the exact look-ahead estimator (and its reverse and alternating orders)."""
     persist: int = 0
     """T: chunks trained after each branch in the run's own orders, then evaluated again."""
+    settle: int = 0
+    """K > 0: also read each branch at its settled weights, AdamW's momentum drained by K zero-gradient steps
+    (settle.py): the order's effect without the lag of its last batches' updates."""
     eval_files: list[str] = field(default_factory=list)
     control: str | None = None
     """A positive control with a known answer: ``recency`` (orders that train one domain's batches last
@@ -198,6 +201,8 @@ def check_inputs(info: RunInfo, options: CensusOptions) -> list[int]:
     for path in options.eval_files:
         if not Path(path).is_file():
             raise DataPathError(f"census: --eval {path}: no such file")
+    if options.settle < 0 or options.persist < 0:
+        raise UserError(f"census: --settle {options.settle} and --persist {options.persist} must be >= 0")
     if options.all_orders and schedule.L > MAX_ALL_ORDERS_L:
         raise UserError(f"census: --all-orders needs L <= {MAX_ALL_ORDERS_L} (the run's schedule.L={schedule.L})")
     if options.control not in (None, "recency", "planted"):
@@ -309,11 +314,20 @@ def branches_to_train(options: CensusOptions, info: RunInfo, K: int, chunk_id: i
     todo = []
     for order, names in distinct_orders(named):
         done = read_json(bdir / f"{names[0]}.json")
-        if done is None or tuple(done["order"]) != order:
+        if done is None or tuple(done["order"]) != order or lacks_read_outs(done, options):
             todo.append((order, names))
         elif sorted(done["names"]) != sorted(names):  # a new name for an order trained already (a control's)
             write_json(bdir / f"{names[0]}.json", {**done, "names": list(names)})
     return todo
+
+
+def lacks_read_outs(done: dict[str, Any], options: CensusOptions) -> bool:
+    """Whether a finished branch misses a read-out this census asks for (``--persist``, ``--settle`` added
+    or changed since it was trained): then it is trained again."""
+    if done.get("status") != "ok":
+        return False
+    return bool((options.persist and "persist_eval" not in done)
+                or (options.settle and done.get("settle_steps") != options.settle))
 
 
 def stream_chunks(info: RunInfo, prepared: Any, K: int, count: int) -> list[Any]:
@@ -421,7 +435,8 @@ def run_census(options: CensusOptions) -> dict[str, Any]:
                         compare = str(info.checkpoints[c + 1])
                     persist = tuple(data[(K, c + 1 + t)] for t in range(options.persist))
                     tasks.append(BranchTask(checkpoint=str(info.checkpoints[K]), chunk=data[(K, c)], order=order,
-                                            names=tuple(names), persist=persist, compare_to=compare))
+                                            names=tuple(names), persist=persist, compare_to=compare,
+                                            settle=options.settle))
         print(f"census: {len(Ks)} checkpoints × {options.chunks} chunks, {len(tasks)} branches to train "
               f"on {len(actors)} workers", flush=True)
         by_key = {(t.checkpoint, t.chunk.chunk_id, t.order): t for t in tasks}

@@ -36,7 +36,7 @@ def write_report(out: Path, command: str, setup: dict[str, Any]) -> dict[str, An
     out = Path(out)
     entries = collect(out)
     keys = sorted(entries)
-    metrics = ["eval"] + (["persist_eval"] if setup.get("persist") else [])
+    metrics = ["eval"] + (["settled_eval"] if setup.get("settle") else []) + (["persist_eval"] if setup.get("persist") else [])
     report: dict[str, Any] = {"command": command, "setup": setup, "chunks": {}, "summary": {}, "reproduction": []}
     trained = {id(r): r for e in entries.values() for r in e["branches"].values()}.values()
     report["compute"] = {"branches": len(trained),
@@ -62,8 +62,9 @@ def write_report(out: Path, command: str, setup: dict[str, Any]) -> dict[str, An
                                                "tensors": r["tensors"]})
     if setup.get("control") == "recency":
         report["control"] = {"recency": recency_control(entries, setup.get("control_domain"))}
-        if setup.get("persist"):
-            report["control"]["recency_persist"] = recency_control(entries, setup.get("control_domain"), "persist_eval")
+        for metric, key in (("settled_eval", "recency_settled"), ("persist_eval", "recency_persist")):
+            if metric in metrics:
+                report["control"][key] = recency_control(entries, setup.get("control_domain"), metric)
     if setup.get("control") == "planted":
         report["control"] = {"planted": planted_control(entries, int(setup["L"]))}
     (out / "census.json").write_text(json.dumps(report, indent=1))
@@ -129,7 +130,7 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
              f"({report['compute']['branch_cpu_seconds']:.0f} s CPU), S and D3's orders "
              f"{report['compute']['orders_seconds']:.0f} s.", ""]
     for metric, summary in report["summary"].items():
-        title = "after the branched chunk" if metric == "eval" else f"after {setup.get('persist')} more shared chunks"
+        title = horizon(metric, setup)
         lines += [f"## Across chunks ({title})", "",
                   f"{summary['chunks']} chunks; mean sd of the held-out loss over random orders: "
                   f"{_f(summary['mean_random_sd'], 5)} nats (how much order matters here).", "",
@@ -150,12 +151,13 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
         lines.append("")
         if "exhaustive" in summary:
             lines += exhaustive_markdown(summary["exhaustive"], report["chunks"], metric, int(setup["L"]))
-    persist = int(setup.get("persist") or 0)
-    for key, title, chunks_after in (("recency", "right after the branched chunk", 0),
-                                     ("recency_persist", f"after {persist} more shared chunks", persist)):
+    L = int(setup["L"])
+    for key, metric, extra_steps in (("recency", "eval", 0),
+                                     ("recency_settled", "settled_eval", int(setup.get("settle") or 0)),
+                                     ("recency_persist", "persist_eval", L * int(setup.get("persist") or 0))):
         control = report.get("control", {}).get(key)
         if control:
-            lines += recency_markdown(control, title, setup, chunks_after)
+            lines += recency_markdown(control, horizon(metric, setup), setup, extra_steps)
     planted = report.get("control", {}).get("planted")
     if planted:
         lines += planted_markdown(planted)
@@ -280,11 +282,20 @@ def planted_markdown(control: dict[str, Any]) -> list[str]:
     return lines
 
 
-def recency_markdown(control: dict[str, Any], title: str, setup: dict[str, Any], chunks_after: int) -> list[str]:
-    """The recency control's section read ``chunks_after`` chunks after the branched one
+def horizon(metric: str, setup: dict[str, Any]) -> str:
+    """When a read-out is taken, in words (the section titles)."""
+    if metric == "settled_eval":
+        return (f"right after the branched chunk, settled (AdamW's pending momentum applied over {setup.get('settle')} "
+                "zero-gradient steps)")
+    if metric == "persist_eval":
+        return f"after {setup.get('persist')} more shared chunks"
+    return "right after the branched chunk"
+
+
+def recency_markdown(control: dict[str, Any], title: str, setup: dict[str, Any], extra: int) -> list[str]:
+    """The recency control's section read ``extra`` optimizer steps after the branched chunk's last
     (:func:`~d3ray.census.analysis.recency_control`)."""
     L, beta1 = int(setup["L"]), setup.get("beta1")
-    extra = L * chunks_after
     lines = [f"## Positive control: recency, {title}", "",
              "Per chunk the control domain is the one whose count per batch varies most (or `--control-domain`); "
              "`recency_last` trains the batches with most of it last, `recency_first` first. Metric: that "
