@@ -11,6 +11,8 @@ under ``<run_dir>/.faults/`` survives the process it kills, so the restarted pro
                                        so their loss is NaN (as a corrupt batch's would be)
      "trainer_exit_while_scoring_chunk": 3,  trainer rank 0 exits after sketching the first batch of
                                        this chunk (influence_placement in_trainer)
+     "census_exit_at_branch": "random_1",  the census worker asked to train the branch of this name
+                                       (the first chunk's) exits, in ``<census out>/faults.json``
      "influence_hold_at_chunk": 2}     influence actor 0 holds (once) while scoring this chunk, until
                                        the file release_influence_hold_2 appears under .faults/; the
                                        marker influence_hold_at_chunk_2 says it is holding (so that a
@@ -28,9 +30,11 @@ what it is doing, and knows nothing else of drills (no drill classes, no drill p
                                                                                                 influence_hold_at_chunk
     "influence_batch" an influence actor, reading a batch         batch_id, labels              influence_nan_batches
     "solve"           a solver actor, before ordering a problem   key (the chunk id)            solver_exit_at_chunk
+    "census_branch"   a census worker, before training a branch   names (the branch's orders)   census_exit_at_branch
 
 ``labels`` (the batch's (b, T) label array) is masked in place. The exits and holds act in one process
-only (trainer rank 0, influence actor 0); the masking on every process that sees the batch.
+only (trainer rank 0, influence actor 0, the census worker given the named branch); the masking on every
+process that sees the batch.
 
 The tests drive every recovery path through it (``tests/integration/test_d3_pipeline.py``), and an
 operator can run the same drills on a real cluster. Nothing else in d3ray kills a process on purpose.
@@ -63,6 +67,7 @@ class FaultPlan:
     influence_nan_batches: list[int] = field(default_factory=list)
     influence_hold_at_chunk: int | None = None
     trainer_exit_while_scoring_chunk: int | None = None
+    census_exit_at_branch: str | None = None
 
 
 def load_plan(run_dir: str | Path | None) -> FaultPlan:
@@ -139,12 +144,19 @@ def _solve(plan: FaultPlan, run_dir: Path, *, key: Any) -> None:
         exit_once(run_dir, f"solver_exit_at_chunk_{key}", f"solver actor exits while ordering chunk {key}")
 
 
+def _census_branch(plan: FaultPlan, run_dir: Path, *, names: tuple[str, ...]) -> None:
+    if plan.census_exit_at_branch is not None and plan.census_exit_at_branch in names:
+        exit_once(run_dir, f"census_exit_at_branch_{plan.census_exit_at_branch}",
+                  f"census worker exits before training branch {plan.census_exit_at_branch}")
+
+
 _POINTS: dict[str, Callable[..., None]] = {
     "train_step": _train_step,
     "sketch_batch": _sketch_batch,
     "influence_chunk": _influence_chunk,
     "influence_batch": _influence_batch,
     "solve": _solve,
+    "census_branch": _census_branch,
 }
 
 

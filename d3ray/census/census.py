@@ -323,9 +323,10 @@ def branches_to_train(options: CensusOptions, info: RunInfo, K: int, chunk_id: i
 
 def lacks_read_outs(done: dict[str, Any], options: CensusOptions) -> bool:
     """Whether a finished branch misses a read-out this census asks for (``--persist``, ``--settle`` added
-    or changed since it was trained): then it is trained again."""
+    or changed since it was trained), or failed for a reason other than its order (its worker died): then
+    it is trained again."""
     if done.get("status") != "ok":
-        return False
+        return bool(done.get("retry"))  # a worker that died, not the order: trained again
     return bool((options.persist and "persist_eval" not in done)
                 or (options.settle and done.get("settle_steps") != options.settle))
 
@@ -360,8 +361,8 @@ def stream_chunks(info: RunInfo, prepared: Any, K: int, count: int) -> list[Any]
 def run_census(options: CensusOptions) -> dict[str, Any]:
     """Check, branch every (checkpoint, chunk, order) not on disk yet, and write the report."""
     import ray
-    from ray.util import ActorPool
 
+    from d3ray.census.pool import WorkerPool, describe_error
     from d3ray.census.worker import BranchTask, CensusWorker, ChunkData
     from d3ray.cluster import start_ray, worker_env
     from d3ray.model import model_config_dict
@@ -396,8 +397,7 @@ def run_census(options: CensusOptions) -> dict[str, Any]:
         eval_ref = [ray.put(eval_sets)]
         remote = ray.remote(CensusWorker).options(num_cpus=options.cpus_per_worker, runtime_env={"env_vars": env},
                                                   num_gpus=cfg.train.gpus_per_worker if cfg.train.use_gpu else 0)
-        actors = [remote.remote(cfg, model_config, eval_ref) for _ in range(max(1, options.workers))]
-        pool = ActorPool(actors)
+        pool = WorkerPool(lambda: remote.remote(cfg, model_config, eval_ref, str(options.out)), options.workers)
         data: dict[tuple[int, int], ChunkData] = {}
         layout = chunk_layout(options)
         for K in Ks:
@@ -417,13 +417,23 @@ def run_census(options: CensusOptions) -> dict[str, Any]:
         # S and D3's orders of every branched chunk, at its checkpoint's weights.
         wanted = [(K, c) for K in Ks for c in range(K, K + options.chunks)
                   if branches_to_train(options, info, K, c) == [((), [])]]
-        for computed in pool.map_unordered(
-                lambda a, kc: a.orders.remote(str(info.checkpoints[kc[0]]), data[kc], d3.influence, d3.solver,
-                                              d3.solver_seed, snapshot_dtype, options.lookahead), wanted):
-            K = next(k for k in Ks if str(info.checkpoints[k]) == computed["checkpoint"])
-            computed["planted"] = chunk_planting(options, L, computed["chunk_id"])
-            computed["layout"] = layout
-            write_json(branch_dir(options.out, K, computed["chunk_id"]) / "orders.json", computed)
+        for attempt in (1, 2):  # a worker that dies computing S: that chunk's S once more, on a new worker
+            failed = []
+            for (K, c), computed, error in pool.map(
+                    lambda a, kc: a.orders.remote(str(info.checkpoints[kc[0]]), data[kc], d3.influence, d3.solver,
+                                                  d3.solver_seed, snapshot_dtype, options.lookahead), wanted):
+                if error is not None:
+                    if attempt == 2:
+                        raise UserError(f"census: S of chunk {c} from checkpoint {K} failed twice: {describe_error(error)}")
+                    print(f"census: S of chunk {c} failed ({describe_error(error)}); computing it again", flush=True)
+                    failed.append((K, c))
+                    continue
+                computed["planted"] = chunk_planting(options, L, c)
+                computed["layout"] = layout
+                write_json(branch_dir(options.out, K, c) / "orders.json", computed)
+            wanted = failed
+            if not wanted:
+                break
         # The branches not on disk yet.
         tasks = []
         for K in Ks:
@@ -438,11 +448,12 @@ def run_census(options: CensusOptions) -> dict[str, Any]:
                                             names=tuple(names), persist=persist, compare_to=compare,
                                             settle=options.settle))
         print(f"census: {len(Ks)} checkpoints × {options.chunks} chunks, {len(tasks)} branches to train "
-              f"on {len(actors)} workers", flush=True)
-        by_key = {(t.checkpoint, t.chunk.chunk_id, t.order): t for t in tasks}
+              f"on {len(pool.actors)} workers", flush=True)
         done_count = 0
-        for result in pool.map_unordered(lambda a, t: a.branch.remote(t), tasks):
-            task = by_key[(result["checkpoint"], result["chunk_id"], tuple(result["order"]))]
+        for task, result, error in pool.map(lambda a, t: a.branch.remote(t), tasks):
+            if error is not None:  # reported as failed; a rerun trains it again
+                result = {"checkpoint": task.checkpoint, "chunk_id": task.chunk.chunk_id, "order": list(task.order),
+                          "names": list(task.names), "status": "failed", "reason": describe_error(error), "retry": True}
             K = next(k for k in Ks if str(info.checkpoints[k]) == task.checkpoint)
             result["checkpoint_chunk"] = K
             write_json(branch_dir(options.out, K, task.chunk.chunk_id) / f"{task.names[0]}.json", result)
@@ -451,8 +462,7 @@ def run_census(options: CensusOptions) -> dict[str, Any]:
                 print(f"branch {task.names[0]} of chunk {task.chunk.chunk_id} failed: {result.get('reason')}", flush=True)
             if done_count % 10 == 0 or done_count == len(tasks):
                 print(f"census: {done_count}/{len(tasks)} branches", flush=True)
-        for actor in actors:
-            ray.kill(actor)
+        pool.shutdown()
     finally:
         if owns_ray:
             ray.shutdown()

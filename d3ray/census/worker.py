@@ -88,9 +88,10 @@ class CensusWorker:
         cfg: the run's config (``config.yaml`` of the run directory).
         model_config: the run's transformers config dict.
         eval_sets: name → held-out set (``d3ray.train.prepare.load_eval_sets``), or [ObjectRef of it].
+        fault_dir: where a fault drill's ``faults.json`` may lie (the census's out dir; d3ray/faults.py).
     """
 
-    def __init__(self, cfg: RunConfig, model_config: dict[str, Any], eval_sets: Any) -> None:
+    def __init__(self, cfg: RunConfig, model_config: dict[str, Any], eval_sets: Any, fault_dir: str | None = None) -> None:
         import deepspeed
         import torch
 
@@ -99,6 +100,7 @@ class CensusWorker:
         from d3ray.train.deepspeed_config import deepspeed_config, lr_factor
 
         self.cfg = cfg
+        self.fault_dir = fault_dir
         self.tcfg = replace(cfg.train, num_workers=1)  # one rank: accumulation over the whole global batch
         self.model_config = model_config
         if isinstance(eval_sets, list):
@@ -246,6 +248,9 @@ class CensusWorker:
             "persist_eval": {...} (with ``persist``), "reproduction": {...} (with ``compare_to``),
             "seconds", "cpu_seconds"}`` (this process's CPU time: the branch's cost on a quiet core).
         """
+        from d3ray.faults import inject
+
+        inject(self.fault_dir, "census_branch", names=task.names)
         start, cpu_start = time.perf_counter(), time.process_time()
         self.load(task.checkpoint)
         self.restore()

@@ -1,8 +1,9 @@
 """``d3ray census`` end to end on a real tiny run: the run's own order from checkpoint 1 reproduces the
 run's checkpoint 2 (2 DeepSpeed ranks there, one rank with gradient accumulation here); the orders
 differ in outcome; a rerun trains nothing, and with ``--control recency`` only the control's two orders;
-``--control planted`` (an --out of its own) trains every order on the chunk with its batch 0 shuffled;
-bad input stops before training with one line."""
+``--control planted`` (an --out of its own) trains every order on the chunk with its batch 0 shuffled, and
+a census worker killed by a fault drill fails one branch, which a rerun trains; bad input stops before
+training with one line."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from d3ray.cli import main
 from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
+from d3ray.faults import FaultPlan, write_plan
 from d3ray.run_files import read_jsonl
 from tests.conftest import make_corpus
 
@@ -75,11 +77,20 @@ def test_census_random_run_own_order_reproduces_next_checkpoint_and_rerun_skips(
     assert "## Positive control: recency" in (out / "results.md").read_text()
 
     # The planted control (an --out of its own): batch 0 of the chunk shuffled, every order trains the planted chunk.
+    # A fault drill kills the census worker as it starts the branch random_1: that branch is reported as failed,
+    # a new worker trains the others, and the rerun trains only random_1.
     planted_out = tmp_path / "planted"
-    assert main([*args[:3], str(planted_out), *args[4:], "--no-lookahead", "--control", "planted",
-                 "--planted-batch", "0"]) == 0
-    capsys.readouterr()
+    write_plan(planted_out, FaultPlan(census_exit_at_branch="random_1"))
+    planted_args = [*args[:3], str(planted_out), *args[4:], "--no-lookahead", "--control", "planted", "--planted-batch", "0"]
+    assert main(planted_args) == 0
     cdir = planted_out / "branches" / "k00001" / "c00001"
+    died = json.loads((cdir / "random_1.json").read_text())
+    assert died["status"] == "failed" and died["reason"].startswith("census worker died"), died
+    assert all(json.loads(p.read_text())["status"] == "ok" for p in cdir.glob("*.json") if p.stem not in ("orders", "random_1"))
+    assert "| 1/1 |" in (text := (planted_out / "results.md").read_text()) and "random_1 |" in text
+    capsys.readouterr()
+    assert main(planted_args) == 0
+    assert "trained 1 branches" in capsys.readouterr().out
     assert json.loads((cdir / "orders.json").read_text())["planted"] == {"kind": "shuffled", "index": 0, "seed": [0, 1]}
     planted = {p.stem: json.loads(p.read_text()) for p in cdir.glob("*.json") if p.stem != "orders"}
     assert {"planted_first", "planted_last"} <= {n for b in planted.values() for n in b["names"]}
