@@ -166,11 +166,10 @@ def recency_control(entries: dict[tuple[int, int], dict[str, Any]], domain: str 
     t-interval and the share of chunks with z <= -2 (last) / >= 2 (first). ``found``: the census sees
     the planted effect (mean z of recency_last <= -2, its interval below 0).
 
-    ``metric``: ``eval`` (right after the branched chunk), ``settled_eval`` (the same weights with AdamW's
-    pending momentum applied, ``settle.py``) or ``persist_eval`` (after the shared persist chunks). The
-    horizon matters under AdamW: a batch's gradient reaches the weights through the momentum, a fraction
-    1 − β1^n of it after n steps (:func:`~d3ray.census.stats.momentum_applied`), so right after the chunk
-    the last batches are the least applied."""
+    ``metric``: ``eval`` (right after the branched chunk) or ``persist_eval`` (after the shared persist
+    chunks). The horizon matters under AdamW: a batch's gradient reaches the weights through the
+    momentum, a fraction 1 − β1^n of it after n steps (:func:`~d3ray.census.stats.momentum_applied`), so
+    right after the chunk the last batches are the least applied."""
     from d3ray.census.orders import control_domain
 
     chunks: dict[str, Any] = {}

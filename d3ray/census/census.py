@@ -64,9 +64,6 @@ class CensusOptions:
     """Also D3 with the exact look-ahead estimator (and its reverse and alternating orders)."""
     persist: int = 0
     """T: chunks trained after each branch in the run's own orders, then evaluated again."""
-    settle: int = 0
-    """K > 0: also read each branch at its settled weights, AdamW's momentum drained by K zero-gradient steps
-    (settle.py): the order's effect without the lag of its last batches' updates."""
     eval_files: list[str] = field(default_factory=list)
     control: str | None = None
     """A positive control with a known answer: ``recency`` (orders that train one domain's batches last
@@ -201,8 +198,8 @@ def check_inputs(info: RunInfo, options: CensusOptions) -> list[int]:
     for path in options.eval_files:
         if not Path(path).is_file():
             raise DataPathError(f"census: --eval {path}: no such file")
-    if options.settle < 0 or options.persist < 0:
-        raise UserError(f"census: --settle {options.settle} and --persist {options.persist} must be >= 0")
+    if options.persist < 0:
+        raise UserError(f"census: --persist {options.persist} must be >= 0")
     if options.all_orders and schedule.L > MAX_ALL_ORDERS_L:
         raise UserError(f"census: --all-orders needs L <= {MAX_ALL_ORDERS_L} (the run's schedule.L={schedule.L})")
     if options.control not in (None, "recency", "planted"):
@@ -322,13 +319,12 @@ def branches_to_train(options: CensusOptions, info: RunInfo, K: int, chunk_id: i
 
 
 def lacks_read_outs(done: dict[str, Any], options: CensusOptions) -> bool:
-    """Whether a finished branch misses a read-out this census asks for (``--persist``, ``--settle`` added
-    or changed since it was trained), or failed for a reason other than its order (its worker died): then
+    """Whether a finished branch misses a read-out this census asks for (``--persist`` added since it was
+    trained), or failed for a reason other than its order (its worker died): then
     it is trained again."""
     if done.get("status") != "ok":
         return bool(done.get("retry"))  # a worker that died, not the order: trained again
-    return bool((options.persist and "persist_eval" not in done)
-                or (options.settle and done.get("settle_steps") != options.settle))
+    return bool(options.persist and "persist_eval" not in done)
 
 
 def stream_chunks(info: RunInfo, prepared: Any, K: int, count: int) -> list[Any]:
@@ -445,8 +441,7 @@ def run_census(options: CensusOptions) -> dict[str, Any]:
                         compare = str(info.checkpoints[c + 1])
                     persist = tuple(data[(K, c + 1 + t)] for t in range(options.persist))
                     tasks.append(BranchTask(checkpoint=str(info.checkpoints[K]), chunk=data[(K, c)], order=order,
-                                            names=tuple(names), persist=persist, compare_to=compare,
-                                            settle=options.settle))
+                                            names=tuple(names), persist=persist, compare_to=compare))
         print(f"census: {len(Ks)} checkpoints × {options.chunks} chunks, {len(tasks)} branches to train "
               f"on {len(pool.actors)} workers", flush=True)
         done_count = 0

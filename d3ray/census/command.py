@@ -53,10 +53,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-lookahead", action="store_true", help="skip D3 with the exact look-ahead estimator")
     parser.add_argument("--persist", type=int, default=0,
                         help="T: also evaluate after T more chunks (the run's orders) shared by all branches")
-    parser.add_argument("--settle", type=int, default=0, metavar="K",
-                        help="also read every branch at its settled weights: AdamW's pending momentum applied as K "
-                             "zero-gradient steps (K = 50 drains >99%%), so the read-out does not favour the batches "
-                             "trained first; a separate metric (default 0: off)")
     parser.add_argument("--eval", action="append", default=[], metavar="FILE",
                         help="an extra held-out text file (one document a line; repeatable)")
     parser.add_argument("--control", choices=("recency", "planted"), default=None,
@@ -120,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         run_dir=run_dir_of(args), out=Path(args.out), checkpoints=args.checkpoints,
         num_checkpoints=args.num_checkpoints, warmup_chunks=args.warmup_chunks, chunks=args.chunks,
         random_orders=args.random_orders, all_orders=args.all_orders, lookahead=not args.no_lookahead,
-        persist=args.persist, settle=args.settle, eval_files=list(args.eval), control=args.control,
+        persist=args.persist, eval_files=list(args.eval), control=args.control,
         control_domain=args.control_domain, recency_layout=args.recency_layout, planted_kind=args.planted_kind, planted_batch=args.planted_batch,
         workers=args.workers, cpus_per_worker=args.cpus_per_worker,
         seed=args.seed)
@@ -137,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     setup = {"run_dir": str(options.run_dir), "schedule": info.cfg.schedule.type_name, "L": info.cfg.schedule.L,
              "checkpoints": checkpoints, "chunks": options.chunks, "random_orders": options.random_orders,
              "all_orders": options.all_orders, "lookahead": options.lookahead, "persist": options.persist,
-             "settle": options.settle, "eval_files": options.eval_files, "control": options.control, "control_domain": options.control_domain,
+             "eval_files": options.eval_files, "control": options.control, "control_domain": options.control_domain,
              "recency_layout": options.recency_layout if options.control == "recency" else None,
              "planted_kind": options.planted_kind if options.control == "planted" else None,
              "planted_batch": options.planted_batch, "beta1": info.cfg.train.betas[0]}

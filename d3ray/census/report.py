@@ -36,7 +36,7 @@ def write_report(out: Path, command: str, setup: dict[str, Any]) -> dict[str, An
     out = Path(out)
     entries = collect(out)
     keys = sorted(entries)
-    metrics = ["eval"] + (["settled_eval"] if setup.get("settle") else []) + (["persist_eval"] if setup.get("persist") else [])
+    metrics = ["eval"] + (["persist_eval"] if setup.get("persist") else [])
     report: dict[str, Any] = {"command": command, "setup": setup, "chunks": {}, "summary": {}, "reproduction": []}
     trained = {id(r): r for e in entries.values() for r in e["branches"].values()}.values()
     report["compute"] = {"branches": len(trained),
@@ -62,9 +62,8 @@ def write_report(out: Path, command: str, setup: dict[str, Any]) -> dict[str, An
                                                "tensors": r["tensors"]})
     if setup.get("control") == "recency":
         report["control"] = {"recency": recency_control(entries, setup.get("control_domain"))}
-        for metric, key in (("settled_eval", "recency_settled"), ("persist_eval", "recency_persist")):
-            if metric in metrics:
-                report["control"][key] = recency_control(entries, setup.get("control_domain"), metric)
+        if "persist_eval" in metrics:
+            report["control"]["recency_persist"] = recency_control(entries, setup.get("control_domain"), "persist_eval")
     if setup.get("control") == "planted":
         report["control"] = {"planted": planted_control(entries, int(setup["L"]))}
     (out / "census.json").write_text(json.dumps(report, indent=1))
@@ -153,7 +152,6 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
             lines += exhaustive_markdown(summary["exhaustive"], report["chunks"], metric, int(setup["L"]))
     L = int(setup["L"])
     for key, metric, extra_steps in (("recency", "eval", 0),
-                                     ("recency_settled", "settled_eval", int(setup.get("settle") or 0)),
                                      ("recency_persist", "persist_eval", L * int(setup.get("persist") or 0))):
         control = report.get("control", {}).get(key)
         if control:
@@ -284,9 +282,6 @@ def planted_markdown(control: dict[str, Any]) -> list[str]:
 
 def horizon(metric: str, setup: dict[str, Any]) -> str:
     """When a read-out is taken, in words (the section titles)."""
-    if metric == "settled_eval":
-        return (f"right after the branched chunk, settled (AdamW's pending momentum applied over {setup.get('settle')} "
-                "zero-gradient steps)")
     if metric == "persist_eval":
         return f"after {setup.get('persist')} more shared chunks"
     return "right after the branched chunk"

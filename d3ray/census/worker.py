@@ -5,9 +5,8 @@
     orders(chunk)     D3's S at the checkpoint weights (the run's influence config, and the exact
                       look-ahead), solved by the run's solver ─► the orders to branch on
     branch(order)     restore the copy ─► train the chunk's batches in ``order`` with the trainer's own
-                      step (d3ray.train.loop.train_step) ─► held-out loss ─► (optionally) the loss at the
-                      settled weights (AdamW's pending momentum applied, settle.py) ─► (optionally) T more
-                      chunks in the run's own orders ─► held-out loss again
+                      step (d3ray.train.loop.train_step) ─► held-out loss ─► (optionally) T more chunks
+                      in the run's own orders ─► held-out loss again
 
 The engine is world size 1 (gloo, or NCCL on a GPU) with gradient accumulation over the whole global
 batch: the micro-batches are the trainer's (rows ``[k·m, (k+1)·m)`` of the global batch whatever the
@@ -62,8 +61,6 @@ class BranchTask:
     names: tuple[str, ...]
     persist: tuple[ChunkData, ...] = ()
     compare_to: str | None = None
-    settle: int = 0
-    """K > 0: also read the held-out loss at the settled weights (K zero-gradient AdamW steps, settle.py)."""
 
 
 def _free_port() -> int:
@@ -263,9 +260,6 @@ class CensusWorker:
                        seconds=time.perf_counter() - start)
             return out
         out["eval"] = self._evaluate()
-        if task.settle:
-            out["settled_eval"] = self._settled_evaluate(task.settle)
-            out["settle_steps"] = task.settle
         if task.compare_to is not None:
             out["reproduction"] = self._compare(task.compare_to)
         for extra in task.persist:
@@ -278,29 +272,6 @@ class CensusWorker:
             out["persist_eval"] = self._evaluate()
         out.update(status="ok", seconds=time.perf_counter() - start, cpu_seconds=time.process_time() - cpu_start)
         return out
-
-    def _settled_evaluate(self, steps: int) -> dict[str, float]:
-        """The held-out losses at the settled weights (θ minus AdamW's pending update over ``steps``
-        zero-gradient steps, :func:`~d3ray.census.settle.pending_update`); the weights are put back after."""
-        import torch
-
-        from d3ray.census.settle import pending_update
-        from d3ray.train.snapshot import full_optimizer_state
-
-        state = full_optimizer_state(self.engine, 0)
-        named = [(n, p) for n, p in self.engine.module.named_parameters() if p.requires_grad]
-        kept = {n: p.detach().clone() for n, p in named}
-        beta1, beta2 = state.betas
-        with torch.no_grad():
-            for name, p in named:
-                m, v = (torch.as_tensor(x[name]).to(p.device, torch.float32) for x in (state.exp_avg, state.exp_avg_sq))
-                p.sub_(pending_update(m, v, state.step, state.lr, beta1, beta2, state.eps, steps).to(p.dtype))
-        try:
-            return self._evaluate()
-        finally:
-            with torch.no_grad():
-                for name, p in named:
-                    p.copy_(kept[name])
 
     def _compare(self, checkpoint: str) -> dict[str, Any]:
         """The engine's weights against a run checkpoint's: max |Δ| and whether every tensor is close at

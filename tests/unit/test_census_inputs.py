@@ -73,21 +73,21 @@ def test_check_inputs_mixer_zero2_missing_eval_file_and_large_all_orders_refused
         check_inputs(info, CensusOptions(run_dir=run, out=tmp_path / "o", eval_files=[str(tmp_path / "missing.txt")]))
     with pytest.raises(UserError, match="L <= 5"):
         check_inputs(info, CensusOptions(run_dir=run, out=tmp_path / "o", all_orders=True))
-    with pytest.raises(UserError, match="--settle -1 and --persist 0 must be >= 0"):
-        check_inputs(info, CensusOptions(run_dir=run, out=tmp_path / "o", settle=-1))
+    with pytest.raises(UserError, match="--persist -1 must be >= 0"):
+        check_inputs(info, CensusOptions(run_dir=run, out=tmp_path / "o", persist=-1))
     assert check_inputs(info, CensusOptions(run_dir=run, out=tmp_path / "o", checkpoints=[2], chunks=2)) == [2]
 
 
 def test_a_finished_branch_without_a_read_out_asked_for_now_is_trained_again(tmp_path):
     from d3ray.census.census import lacks_read_outs
 
-    done = {"status": "ok", "eval": {}, "persist_eval": {}, "settled_eval": {}, "settle_steps": 50}
-    opts = CensusOptions(run_dir=tmp_path, out=tmp_path / "o", persist=1, settle=50)
+    done = {"status": "ok", "eval": {}, "persist_eval": {}}
+    opts = CensusOptions(run_dir=tmp_path, out=tmp_path / "o", persist=1)
     assert not lacks_read_outs(done, opts)
-    assert lacks_read_outs({**done, "settle_steps": 20}, opts)  # another K
     assert lacks_read_outs({"status": "ok", "eval": {}}, CensusOptions(run_dir=tmp_path, out=tmp_path, persist=1))
     assert not lacks_read_outs({"status": "ok", "eval": {}}, CensusOptions(run_dir=tmp_path, out=tmp_path))
-    assert not lacks_read_outs({"status": "failed"}, opts)  # a failed branch stays failed (reported, not retried)
+    assert not lacks_read_outs({"status": "failed"}, opts)  # its order failed (a non-finite loss): reported as such
+    assert lacks_read_outs({"status": "failed", "retry": True}, opts)  # its worker died: trained again
 
 
 def test_check_trunk_checkpoints_refuses_chunks_the_run_would_not_keep_before_training():

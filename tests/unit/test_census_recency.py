@@ -76,19 +76,3 @@ def test_recency_control_reads_each_horizon_and_finds_it_only_where_the_effect_i
     assert "is 0.34 for the first batch of the chunk and 0.10 for the last" in text
     assert "is 0.72 for the first batch of the chunk and 0.61 for the last" in text
 
-
-def test_settled_read_out_gets_its_own_sections_and_momentum_line(tmp_path):
-    recency_census(tmp_path)
-    for path in tmp_path.glob("branches/k*/c*/*_*.json"):  # settled read-outs: the persist values here
-        result = json.loads(path.read_text())
-        path.write_text(json.dumps({**result, "settled_eval": result["persist_eval"], "settle_steps": 50}))
-    setup = {"run_dir": "r", "schedule": "random", "L": 4, "checkpoints": [10], "chunks": 3, "random_orders": 5,
-             "settle": 50, "control": "recency", "beta1": 0.9}
-    report = write_report(tmp_path, "d3ray census r --out o --control recency --settle 50", setup)
-    assert report["control"]["recency_settled"]["found"] and not report["control"]["recency"]["found"]
-    assert report["summary"]["settled_eval"]["chunks"] == 3 and "persist_eval" not in report["summary"]
-    text = (tmp_path / "results.md").read_text()
-    title = "right after the branched chunk, settled (AdamW's pending momentum applied over 50 zero-gradient steps)"
-    assert f"## Across chunks ({title})" in text and f"## Positive control: recency, {title}" in text
-    # 50 more steps: 1 − 0.9^54 and 1 − 0.9^51, both 1.00 to two places
-    assert "is 1.00 for the first batch of the chunk and 1.00 for the last" in text
