@@ -42,7 +42,20 @@ def test_census_random_run_own_order_reproduces_next_checkpoint_and_rerun_skips(
     run_dir, out = tmp_path / "run", tmp_path / "census"
     args = ["census", str(run_dir), "--out", str(out), "--checkpoints", "1", "--random-orders", "2", "--workers", "1"]
 
+    # A fault drill kills the census worker as it starts the branch random_1: that branch is reported as failed,
+    # a new worker trains the others, and the rerun trains only random_1.
+    write_plan(out, FaultPlan(census_exit_at_branch="random_1"))
     assert main(args) == 0
+    cdir = out / "branches" / "k00001" / "c00001"
+    results = [json.loads(p.read_text()) for p in cdir.glob("*.json") if p.stem != "orders"]
+    [died] = [r for r in results if "random_1" in r["names"]]
+    assert died["status"] == "failed" and died["reason"].startswith("census worker died"), died
+    assert all(r["status"] == "ok" for r in results if r is not died)
+    [row] = [line for line in (out / "results.md").read_text().splitlines() if line.startswith("| 1/1 |")]
+    assert "random_1" in row.split("|")[-2]  # the failed column
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "trained 1 branches" in capsys.readouterr().out
     report = json.loads((out / "census.json").read_text())
     [repro] = report["reproduction"]
     assert repro["from_checkpoint"] == 1 and repro["chunk"] == 1 and repro["tensors"] > 0
@@ -77,20 +90,11 @@ def test_census_random_run_own_order_reproduces_next_checkpoint_and_rerun_skips(
     assert "## Positive control: recency" in (out / "results.md").read_text()
 
     # The planted control (an --out of its own): batch 0 of the chunk shuffled, every order trains the planted chunk.
-    # A fault drill kills the census worker as it starts the branch random_1: that branch is reported as failed,
-    # a new worker trains the others, and the rerun trains only random_1.
     planted_out = tmp_path / "planted"
-    write_plan(planted_out, FaultPlan(census_exit_at_branch="random_1"))
-    planted_args = [*args[:3], str(planted_out), *args[4:], "--no-lookahead", "--control", "planted", "--planted-batch", "0"]
-    assert main(planted_args) == 0
-    cdir = planted_out / "branches" / "k00001" / "c00001"
-    died = json.loads((cdir / "random_1.json").read_text())
-    assert died["status"] == "failed" and died["reason"].startswith("census worker died"), died
-    assert all(json.loads(p.read_text())["status"] == "ok" for p in cdir.glob("*.json") if p.stem not in ("orders", "random_1"))
-    assert "| 1/1 |" in (text := (planted_out / "results.md").read_text()) and "random_1 |" in text
+    assert main([*args[:3], str(planted_out), *args[4:], "--no-lookahead", "--control", "planted",
+                 "--planted-batch", "0"]) == 0
     capsys.readouterr()
-    assert main(planted_args) == 0
-    assert "trained 1 branches" in capsys.readouterr().out
+    cdir = planted_out / "branches" / "k00001" / "c00001"
     assert json.loads((cdir / "orders.json").read_text())["planted"] == {"kind": "shuffled", "index": 0, "seed": [0, 1]}
     planted = {p.stem: json.loads(p.read_text()) for p in cdir.glob("*.json") if p.stem != "orders"}
     assert {"planted_first", "planted_last"} <= {n for b in planted.values() for n in b["names"]}
