@@ -80,6 +80,34 @@ def start_ray(ray_cfg: RayClusterConfig, env: dict[str, str]) -> bool:
     return True
 
 
+def start_autoscaling_coordinator():
+    """Start Ray's autoscaling coordinator (the detached actor Ray Train's controller asks for the workers'
+    resources, with a 5 s timeout) now, while the run prepares; returns a ref that is ready when it is up,
+    or None where this Ray has no such actor.
+
+    On a loaded machine the actor's cold start outlasts the controller's first 5 s request, and Ray Train
+    logs a WARNING with a full traceback ("Failed to send resource request ... safe to ignore") to the
+    run's console. Started ahead (the same name, namespace and node as Ray's own ``get_or_create``), the
+    controller finds it running; :func:`wait_until_ready` waits for it before the fit.
+    """
+    try:
+        from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
+            get_or_create_autoscaling_coordinator,
+        )
+    except ImportError:  # a Ray without it: nothing to warm
+        return None
+    return get_or_create_autoscaling_coordinator().__ray_ready__.remote()
+
+
+def wait_until_ready(ref, timeout_s: float = 120.0) -> None:
+    """Wait (at most ``timeout_s``) for ``ref`` from :func:`start_autoscaling_coordinator`; a slow start only
+    costs Ray Train's warning, so the wait gives up quietly (logged at INFO)."""
+    import ray
+
+    if ref is not None and not ray.wait([ref], timeout=timeout_s)[0]:
+        logger.info("Ray's autoscaling coordinator is not up after %.0f s; Ray Train may warn once", timeout_s)
+
+
 def quiet_ray_notices() -> None:
     """Ray's notices that are no fault of the run stay off d3ray's console: ``ray.init`` says on every start
     (or connection) that token authentication is on (Ray's default for a new local instance) or off."""
