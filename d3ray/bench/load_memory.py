@@ -58,12 +58,14 @@ def _rank(rank: int, world: int, port: int, mode: str, pretrained: str | None, p
           seq_len: int, results: Any) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port), DS_ACCELERATOR="cpu")
-    import deepspeed
     import torch
 
+    from d3ray.deepspeed_import import import_deepspeed
     from d3ray.model import ModelConfig, build_model, model_config_dict
     from d3ray.train.config import TrainConfig
     from d3ray.train.deepspeed_config import deepspeed_config
+
+    deepspeed = import_deepspeed()
 
     torch.set_num_threads(1)
     deepspeed.init_distributed(dist_backend="gloo")

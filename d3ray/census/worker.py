@@ -89,12 +89,14 @@ class CensusWorker:
     """
 
     def __init__(self, cfg: RunConfig, model_config: dict[str, Any], eval_sets: Any, fault_dir: str | None = None) -> None:
-        import deepspeed
         import torch
 
+        from d3ray.deepspeed_import import import_deepspeed
         from d3ray.model import build_model
         from d3ray.run_files import stdout_to_log
         from d3ray.train.deepspeed_config import deepspeed_config, lr_factor
+
+        deepspeed = import_deepspeed()
 
         self.cfg = cfg
         self.fault_dir = fault_dir

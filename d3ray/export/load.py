@@ -161,6 +161,10 @@ def deepspeed_state_dict(ds_dir: str | Path, tag: str | None = None) -> dict[str
     ``module`` state dict of the model-states file.
     """
     import torch
+
+    from d3ray.deepspeed_import import import_deepspeed
+
+    import_deepspeed()  # first, without the MLflow import of its autotuner (d3ray/deepspeed_import.py)
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
     ds_dir = Path(ds_dir)

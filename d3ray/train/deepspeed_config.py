@@ -83,6 +83,9 @@ def check_deepspeed_fragment(cfg: TrainConfig) -> None:
     """
     if "zero_optimization" not in cfg.deepspeed:
         return
+    from d3ray.deepspeed_import import import_deepspeed
+
+    import_deepspeed()  # first, without the MLflow import of its autotuner (d3ray/deepspeed_import.py)
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 
     try:

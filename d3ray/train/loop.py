@@ -127,12 +127,13 @@ def harness_metrics(engine, tasks: list[Any], tokenizer_dir: str, rank: int, zer
     rank takes part in gathering the full parameters first)."""
     import contextlib
 
-    import deepspeed
     import torch.distributed as dist
 
     from d3ray.data.tokenizer import load_tokenizer
+    from d3ray.deepspeed_import import import_deepspeed
     from d3ray.eval.harness import run_eval_tasks
 
+    deepspeed = import_deepspeed()
     gather = (deepspeed.zero.GatheredParameters(list(engine.module.parameters())) if zero_stage == 3
               else contextlib.nullcontext())
     metrics: dict[str, float] = {}
@@ -146,7 +147,6 @@ def harness_metrics(engine, tasks: list[Any], tokenizer_dir: str, rank: int, zer
 
 def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     """Ray Train entry point; returns rank 0's final metrics (→ ``Result.return_value``)."""
-    import deepspeed
     import ray
     import ray.train
     import torch
@@ -154,6 +154,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
 
     from d3ray import faults
     from d3ray.config_loading import to_dict
+    from d3ray.deepspeed_import import import_deepspeed
     from d3ray.errors import UserError
     from d3ray.model import build_model, enable_activation_checkpointing, lora_base_model
     from d3ray.run_files import route_logs_to_run_dir, stdout_to_log
@@ -163,6 +164,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     from d3ray.train.metrics import RunLogs, chunk_domain_metrics, progress_line
     from d3ray.train.trainer_side import TrainerSide
 
+    deepspeed = import_deepspeed()
     spec: WorkerSpec = config["spec"]
     cfg, tcfg = spec.cfg, spec.cfg.train
     ctx = ray.train.get_context()
