@@ -1,9 +1,9 @@
 """``d3ray census`` end to end on a real tiny run: the run's own order from checkpoint 1 reproduces the
 run's checkpoint 2 (2 DeepSpeed ranks there, one rank with gradient accumulation here); the orders
-differ in outcome; a rerun trains nothing, and with ``--control recency`` only the control's two orders;
-``--control planted`` (an --out of its own) trains every order on the chunk with its batch 0 shuffled, and
-a census worker killed by a fault drill fails one branch, which a rerun trains; bad input stops before
-training with one line."""
+differ in outcome; a census worker killed by a fault drill fails one branch, which the rerun trains (with
+``--control recency``, the control's two orders as well, and nothing else); the same command again trains
+nothing; ``--control planted`` (an --out of its own) trains every order on the chunk with its batch 0
+shuffled; bad input stops before training with one line."""
 
 from __future__ import annotations
 
@@ -43,26 +43,39 @@ def test_census_random_run_own_order_reproduces_next_checkpoint_and_rerun_skips(
     args = ["census", str(run_dir), "--out", str(out), "--checkpoints", "1", "--random-orders", "2", "--workers", "1"]
 
     # A fault drill kills the census worker as it starts the branch random_1: that branch is reported as failed,
-    # a new worker trains the others, and the rerun trains only random_1.
+    # and a new worker trains the others.
     write_plan(out, FaultPlan(census_exit_at_branch="random_1"))
     assert main(args) == 0
     cdir = out / "branches" / "k00001" / "c00001"
-    results = [json.loads(p.read_text()) for p in cdir.glob("*.json") if p.stem != "orders"]
-    [died] = [r for r in results if "random_1" in r["names"]]
-    assert died["status"] == "failed" and died["reason"].startswith("census worker died"), died
-    assert all(r["status"] == "ok" for r in results if r is not died)
+    branch_files = {p: json.loads(p.read_text()) for p in cdir.glob("*.json") if p.stem != "orders"}
+    [died] = [p for p, r in branch_files.items() if "random_1" in r["names"]]
+    assert branch_files[died]["status"] == "failed", branch_files[died]
+    assert branch_files[died]["reason"].startswith("census worker died"), branch_files[died]
+    assert all(r["status"] == "ok" for p, r in branch_files.items() if p != died)
     [row] = [line for line in (out / "results.md").read_text().splitlines() if line.startswith("| 1/1 |")]
     assert "random_1" in row.split("|")[-2]  # the failed column
+
+    # The rerun, with the recency control added: it trains random_1 and the control's new orders; every branch
+    # that finished stays as it was.
+    before = {p: r for p, r in branch_files.items() if p != died}
     capsys.readouterr()
-    assert main(args) == 0
-    assert "trained 1 branches" in capsys.readouterr().out
+    assert main([*args, "--control", "recency"]) == 0
+    new = {p.stem for p in cdir.glob("*.json")} - {p.stem for p in branch_files} - {"orders"}
+    assert new <= {"recency_last", "recency_first"}  # an order trained already is only renamed
+    assert f"trained {1 + len(new)} branches" in capsys.readouterr().out
+    assert all(json.loads(p.read_text())["train_losses"] == b["train_losses"] for p, b in before.items())
+    control = json.loads((out / "census.json").read_text())["control"]["recency"]
+    [row] = control["chunks"].values()
+    assert row["recency_last"]["loss"] != row["recency_first"]["loss"]
+    assert "## Positive control: recency" in (out / "results.md").read_text()
+
     report = json.loads((out / "census.json").read_text())
     [repro] = report["reproduction"]
     assert repro["from_checkpoint"] == 1 and repro["chunk"] == 1 and repro["tensors"] > 0
     assert repro["close"], f"the run's own order drifted from the run's next checkpoint: max |Δθ| {repro['max_abs_diff']}"
     run_order = next(r["order"] for r in read_jsonl(run_dir / "schedule_log.jsonl") if r["chunk_id"] == 1)
-    branches = {p.stem: json.loads(p.read_text()) for p in (out / "branches" / "k00001" / "c00001").glob("*.json")}
-    assert branches["run"]["order"] == run_order
+    branches = {p.stem: json.loads(p.read_text()) for p in cdir.glob("*.json")}
+    assert branches["run"]["order"] == run_order and branches[died.stem]["status"] == "ok"
     losses = {n: b["eval"]["mean_loss"] for n, b in branches.items() if n != "orders"}
     assert len(set(losses.values())) > 1, f"every order gave the same held-out loss: {losses}"
     summary = report["chunks"]["1/1"]["eval"]
@@ -70,24 +83,11 @@ def test_census_random_run_own_order_reproduces_next_checkpoint_and_rerun_skips(
     assert (out / "results.md").read_text().startswith("```\nd3ray census")
     assert (out / "k00001.png").stat().st_size > 0
 
+    # A rerun of the same command trains nothing and rewrites no branch.
     mtimes = {p: p.stat().st_mtime_ns for p in out.glob("branches/*/*/*.json")}
-    capsys.readouterr()
-    assert main(args) == 0
+    assert main([*args, "--control", "recency"]) == 0
     assert "already" in capsys.readouterr().out
     assert {p: p.stat().st_mtime_ns for p in out.glob("branches/*/*/*.json")} == mtimes
-
-    # The recency control adds its two orders; every other branch stays as it was.
-    before = {p: json.loads(p.read_text()) for p in mtimes}
-    assert main([*args, "--control", "recency"]) == 0
-    new = {p.stem for p in out.glob("branches/*/*/*.json")} - {p.stem for p in mtimes}
-    assert new <= {"recency_last", "recency_first"}  # an order trained already is only renamed
-    assert f"trained {len(new)} branches" in capsys.readouterr().out
-    assert all(json.loads(p.read_text())["train_losses"] == b["train_losses"] for p, b in before.items()
-               if p.stem != "orders")
-    control = json.loads((out / "census.json").read_text())["control"]["recency"]
-    [row] = control["chunks"].values()
-    assert row["recency_last"]["loss"] != row["recency_first"]["loss"]
-    assert "## Positive control: recency" in (out / "results.md").read_text()
 
     # The planted control (an --out of its own): batch 0 of the chunk shuffled, every order trains the planted chunk.
     planted_out = tmp_path / "planted"
