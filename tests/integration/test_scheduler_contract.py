@@ -8,25 +8,21 @@
    weights (loss_reweight) and a mixture from feedback against a reference model actor (doremi; odm's
    feedback loop is replayed below). The mixer's run also loses a trainer in its second chunk: rolled
    back to the checkpoint after the first, it trains the samples the logged mixtures draw, each exactly once.
-2. Decisions are deterministic and survive a restart: a fresh coordinator and a freshly built
-   scheduler, restored from ``checkpoint_state`` at chunk k, decide chunks k.. exactly as the
-   uninterrupted coordinator did (the trainers' side, weights snapshots and per-sample feedback,
-   is replayed from deterministic values, so the decisions depend on the versions they are given);
-   for a mixer, the chunks are drawn with the same mixtures (``Chunk.mixture``) and hold the same samples.
-   The pure, Ray-free schedulers (random, sequential, mtl, loss_reweight) are checked without a
-   coordinator in tests/unit/test_stateless_schedulers.py.
-3. Every scheduler in SFT (``d3ray finetune``), the task as the domain: each decides two chunks of the
-   generated skill suite's chunk stream on a coordinator, without a fallback, every sample accounted for;
-   a mixer's chunks are drawn from its per-task lanes with the mixture they carry, each sample of a task
-   epoch drawn once.
+2. Every scheduler in SFT (``d3ray finetune``), the task as the domain, on a coordinator: it decides the
+   chunks of the generated skill suite's chunk stream without a fallback, every sample accounted for (a
+   mixer's chunks are drawn from its per-task lanes with the mixture they carry, each sample of a task epoch
+   drawn once); and its decisions are deterministic and survive a restart: a fresh coordinator and a freshly
+   built scheduler, restored from ``checkpoint_state`` at chunk k, decide chunks k.. exactly as the
+   uninterrupted coordinator did (the trainers' side, weights snapshots and per-sample feedback, is replayed
+   from deterministic values, so the decisions depend on the versions they are given); a mixer's chunks are
+   drawn with the same mixtures (``Chunk.mixture``) and hold the same samples. The pure, Ray-free schedulers
+   (random, sequential, loss_reweight) are checked without a coordinator in
+   tests/unit/test_stateless_schedulers.py. The replay is on SFT chunks alone: the pre-training chunk stream
+   and its resume are the short runs' above and tests/integration/test_data_stream.py's.
 
-Mixers mix two of the corpus' domains here, two of the suite's tasks in SFT (two per-domain streams start,
-not seven); DoReMi's reference is a fresh model directory and RegMix fits a given proxy table (their
-pre-runs, a reference run and the proxy runs, are not run by this file). The other schedulers are
-replayed over the corpus' packed sequences read once through the Ray Data reader and served from memory
-(``IterableSource``): a Ray Data stream costs seconds to start, the replay starts two per scheduler, and
-what is replayed here is the scheduler, not the reader (whose resume is tests/integration/test_data_stream.py
-and test_coordinator_cursor.py).
+Mixers mix two of the corpus' domains in the short run, two of the suite's tasks in the replay (two per-domain
+streams start, not seven); DoReMi's reference is a fresh model directory and RegMix fits a given proxy table
+(their pre-runs, a reference run and the proxy runs, are not run by this file).
 """
 
 from __future__ import annotations
@@ -46,7 +42,6 @@ from d3ray.schedule.config import ScheduleConfig
 from d3ray.schedule.scheduler import BuildContext, ChunkFeedback, Kind
 from tests.accounting import assert_every_sample_accounted, produce_chunks
 from tests.conftest import make_corpus
-from tests.streams import memory_stream
 from tests.unit.test_stateless_schedulers import STATELESS
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -65,13 +60,11 @@ KNOBS = {"d3": ["--schedule.influence.sketch.k=64", "--schedule.influence.sample
          "less": ["--schedule.sketch.k=64", "--schedule.max_target_sequences=4", "--train.precision=bf16"],
          "tsds": ["--schedule.max_target_sequences=4"],
          "near": ["--schedule.max_target_sequences=4"],
-         # NICE samples from held-out SFT prompts (sft_targets below); the random model rewards nothing,
+         # NICE samples from held-out SFT prompts (the suite's, in the replay); the random model rewards nothing,
          # so each prompt's reference stands in (zero_reward=reference): the sampling still runs, seeded
          "nice": ["--schedule.sketch.k=64", "--schedule.max_target_sequences=2", "--schedule.samples=2",
                   "--schedule.max_new_tokens=3", "--schedule.target_sets=[add, copy]",
                   "--schedule.zero_reward=reference"]}
-SFT_TARGETS = {"nice"}
-"""Selectors whose target must be held-out SFT records: the replay gives them the skill suite's."""
 STEPS, L, B, T = 4, 2, 4, 32
 MIX_DOMAINS = ["RedPajamaC4", "RedPajamaCommonCrawl"]
 
@@ -92,24 +85,6 @@ def mix_inputs(tmp_path_factory, corpus):
     from d3ray.data.tokenizer import load_tokenizer
 
     return write_mix_inputs(tmp_path_factory.mktemp("mix_inputs"), len(load_tokenizer(corpus[1])), T, 0, MIX_DOMAINS)
-
-
-@pytest.fixture(scope="module")
-def corpus_sequences(corpus) -> list:
-    """Every packed sequence of the corpus' first epoch, through the Ray Data reader, once per module."""
-    from d3ray.data.config import DataConfig
-    from d3ray.data.corpus_source import CorpusSource
-    from d3ray.data.shards import list_shards
-    from tests.conftest import start_local_ray
-
-    start_local_ray()
-    data_dir, tokenizer = corpus
-    data = DataConfig(train_paths=[str(data_dir / "train")], seq_len=T)
-    reader = CorpusSource(list_shards(data.train_paths), data, str(tokenizer)).reader(0, None, None)
-    try:
-        return list(reader)
-    finally:
-        reader.close()
 
 
 def drawn_from(mixture: dict[str, float]) -> set[str]:
@@ -183,8 +158,14 @@ def test_scheduler_contract_short_run_completes_logs_and_accounts_for_every_samp
     assert sum(skipped.values()) == kept * B * len(schedule), "a selector skips the rest of its window"
 
 
-# ---- 2. determinism and resume, at the coordinator ------------------------------------------------
+# ---- 2. every scheduler in SFT, the task as the domain, restored mid-run ---------------------------
 N_CHUNKS, RESUME_AT = 4, 2
+SFT_T = 48
+SKILLS = {"copy", "add1", "add", "mul", "sort", "reverse", "word"}
+# random, sequential and loss_reweight decide from the chunk's shape and the seed only (Ray-free, on any
+# chunk: tests/unit/test_stateless_schedulers.py); mtl groups by domain, so it is replayed on the tasks.
+REPLAYED = [n for n in SCHEDULERS if n not in STATELESS or n == "mtl"]
+SFT_MIX_DOMAINS = ["add", "copy"]
 
 
 def snapshot_of_version(base: dict[str, np.ndarray], params: list[str], version: int, optimizer: bool) -> list:
@@ -209,122 +190,6 @@ def feedback_of(chunk) -> ChunkFeedback:
     return ChunkFeedback(chunk.chunk_id, ids, tuple(d for ds in chunk.domains for d in ds), losses.astype(np.float32))
 
 
-def sft_targets(root, tokenizer: str) -> dict:
-    """Held-out SFT sets of the skill suite (prompts with references), as a fine-tuning run's driver makes them."""
-    from d3ray.data.sft import SftDataConfig
-    from d3ray.data.skills import write_sft_suite
-    from d3ray.train.prepare import sft_eval_sets
-
-    suite = write_sft_suite(root / "suite", seed=1, train_per_skill=7, test_per_skill=7)
-    return sft_eval_sets(SftDataConfig(paths=[str(suite / "train")], seq_len=T), [str(suite / "test")], tokenizer, 4)
-
-
-@pytest.mark.parametrize("name", REPLAYED)
-def test_scheduler_contract_restored_coordinator_decides_like_the_uninterrupted_one(
-        ray_cluster, corpus, corpus_sequences, mix_inputs, tmp_path, name):
-    from functools import partial
-
-    import torch
-
-    from d3ray.data.chunk_stream import build_chunk_stream
-    from d3ray.data.config import DataConfig
-    from d3ray.data.evaluation import load_eval_sequences
-    from d3ray.data.shards import list_shards
-    from d3ray.data.tokenizer import load_tokenizer
-    from d3ray.model import ModelConfig, build_model, model_config_dict
-    from d3ray.schedule.coordinator import ScheduleCoordinator
-
-    ray = ray_cluster
-    cfg = load_config(RunConfig, None, [f"--schedule.type={name}", f"--schedule.L={L}", "--schedule.deadline_s=3600",
-                                        *knobs(name, mix_inputs)]).schedule
-    data_dir, tokenizer = corpus
-    data = DataConfig(train_paths=[str(data_dir / "train")], seq_len=T)
-    if mixes(name):  # drawn by domain: the per-domain Ray Data streams
-        make_stream = partial(build_chunk_stream, list_shards(data.train_paths), data, str(tokenizer), B,
-                              cfg.window_batches(), 0, 0)
-    else:
-        make_stream = partial(memory_stream, corpus_sequences, B, cfg.window_batches())
-    model_cfg = ModelConfig()
-    model_config = model_config_dict(model_cfg, len(load_tokenizer(tokenizer)), T, 0)
-    torch.manual_seed(0)
-    model = build_model(model_config, model_cfg)
-    base = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
-    params = [n for n, _ in model.named_parameters()]
-    requests = cfg.trainer_requests()
-    snapshot = partial(snapshot_of_version, base, params,
-                       optimizer=requests.snapshot is not None and requests.snapshot.optimizer_state)
-    held_out = (sft_targets(tmp_path, str(tokenizer)) if name in SFT_TARGETS  # selectors' targets
-                else load_eval_sequences([str(data_dir / "validation")], data, str(tokenizer), 4))
-    ctx = BuildContext(seed=5, model_config=model_config, model=model_cfg, run_name=f"c-{name}", run_dir=str(tmp_path),
-                       batch_size=B, total_chunks=N_CHUNKS, eval_sets=[ray.put(held_out)], tokenizer_dir=str(tokenizer),
-                       domains=MIX_DOMAINS if mixes(name) else None)
-
-    def coordinator_of(scheduler):
-        return ray.remote(ScheduleCoordinator).options(max_concurrency=16).remote(
-            make_stream, scheduler, requests, cfg.prefetch_chunks, cfg.staleness, cfg.deadline_s,
-            draws_mixture=cfg.draws_mixture)
-
-    def drive(coordinator, first: int, last: int, checkpoint_at: int | None = None):
-        """Act as the trainers for chunks first..last-1; returns the decisions (and a checkpoint)."""
-        decisions, state = {}, None
-        drawn = {}
-        if requests.snapshot is not None:
-            ray.get(coordinator.publish_weights.remote(first, [ray.put(p) for p in snapshot(first)]))
-        for c in range(first, last):
-            chunk = ray.get(coordinator.get_chunk.remote(c), timeout=300)
-            decisions[c] = chunk.decision.to_state()
-            drawn[c] = (chunk.mixture, chunk.sample_ids)
-            if requests.feedback is not None:
-                coordinator.feedback.remote(feedback_of(chunk))
-            if requests.snapshot is not None:
-                ray.get(coordinator.publish_weights.remote(c + 1, [ray.put(p) for p in snapshot(c + 1)]))
-            if c + 1 == checkpoint_at:
-                ray.get(coordinator.get_chunk.remote(c + 1), timeout=300)  # as the trainers await it
-                state = ray.get(coordinator.checkpoint_state.remote(c + 1), timeout=300)
-        return decisions, state, drawn
-
-    if mixes(name):  # the pre-run stage of the driver (RegMix fits its table into the run directory)
-        from d3ray.schedule.mix.prerun import PreRunContext
-
-        cfg.before_run(PreRunContext(cfg=dataclasses.replace(RunConfig(), output_dir=str(tmp_path.parent),
-                                                             name=tmp_path.name), data=data, domains=MIX_DOMAINS,
-                                     run=None, export=None))
-    with contextlib.ExitStack() as cleanup:  # every actor of both sides goes, whatever fails
-        first_scheduler = cfg.build(ctx)
-        cleanup.callback(first_scheduler.close)
-        # The restored side's scheduler is built now, untouched until the restore: its actors (a process each,
-        # ~6 s of imports on a small box) start while the first side decides, not after it (its actors' names
-        # are the run's: another name, while the first side's live)
-        second_scheduler = cfg.build(dataclasses.replace(ctx, run_name=f"{ctx.run_name}-restored"))
-        cleanup.callback(second_scheduler.close)
-        first = coordinator_of(first_scheduler)
-        cleanup.callback(ray.kill, first)
-        uninterrupted, state, drawn = drive(first, 0, N_CHUNKS, checkpoint_at=RESUME_AT)
-        ray.kill(first)
-        second = coordinator_of(second_scheduler)
-        cleanup.callback(ray.kill, second)
-        ray.get(second.restore.remote(state))
-        resumed, _, drawn_again = drive(second, RESUME_AT, N_CHUNKS)
-    for c in range(RESUME_AT, N_CHUNKS):
-        fresh = {k: v for k, v in resumed[c].items() if k != "fallback"}
-        assert fresh == {k: v for k, v in uninterrupted[c].items() if k != "fallback"}, f"chunk {c} differs"
-        assert drawn_again[c] == drawn[c], f"chunk {c} was drawn with another mixture or other samples"
-    assert not any(d["fallback"] for d in uninterrupted.values())
-    if mixes(name):
-        assert all(m is not None and drawn_from(m) <= set(MIX_DOMAINS) for m, _ in drawn.values())
-    else:
-        assert all(m is None for m, _ in drawn.values())
-
-
-# ---- 3. every scheduler in SFT, the task as the domain --------------------------------------------
-SFT_CHUNKS, SFT_T = 2, 48
-SKILLS = {"copy", "add1", "add", "mul", "sort", "reverse", "word"}
-# random, sequential and loss_reweight decide from the chunk's shape and the seed only (Ray-free, on any
-# chunk: tests/unit/test_stateless_schedulers.py); mtl groups by domain, so it is replayed on the tasks.
-SFT_REPLAYED = [n for n in SCHEDULERS if n not in STATELESS or n == "mtl"]
-SFT_MIX_DOMAINS = ["add", "copy"]
-
-
 @pytest.fixture(scope="module")
 def sft_run(tmp_path_factory):
     """The generated skill suite (small), its tokenizer and per-task held-out sets, prepared once as
@@ -333,7 +198,7 @@ def sft_run(tmp_path_factory):
     from d3ray.train.prepare import load_eval_sets, prepare_data
 
     root = tmp_path_factory.mktemp("sft_contract")
-    suite = write_sft_suite(root / "suite", seed=2, train_per_skill=24, test_per_skill=4)
+    suite = write_sft_suite(root / "suite", seed=2, train_per_skill=40, test_per_skill=4)
     cfg = load_config(RunConfig, None, [
         "--name=sft-contract", f"--output_dir={root}", f"--sft={{paths: [{suite / 'train'}], seq_len: {SFT_T}}}",
         f"--eval.sft_paths=[{suite / 'test'}]", "--eval.max_sequences_per_domain=2"])
@@ -349,12 +214,13 @@ def sft_mix_inputs(tmp_path_factory, sft_run):
                             prepared.eos_id, SFT_MIX_DOMAINS)
 
 
-@pytest.mark.parametrize("name", SFT_REPLAYED)
-def test_scheduler_contract_every_scheduler_decides_sft_chunks_with_the_task_as_the_domain(
+@pytest.mark.parametrize("name", REPLAYED)
+def test_scheduler_contract_sft_chunks_decided_and_a_restored_coordinator_decides_like_the_uninterrupted_one(
         ray_cluster, sft_run, sft_mix_inputs, tmp_path, name):
-    """Every scheduler builds on the SFT chunk stream and decides its chunks, without a fallback, each
-    sample trained or skipped with a reason exactly once, the tasks as the domains; a mixer draws them
-    from its per-task lanes, each chunk with the mixture it carries, no sample twice in a task epoch."""
+    """Every scheduler builds on the SFT chunk stream and decides its chunks without a fallback, each sample
+    trained or skipped with a reason exactly once, the tasks as the domains (a mixer draws them from its
+    per-task lanes, each chunk with the mixture it carries, no sample twice in a task epoch); a fresh
+    coordinator and scheduler restored at chunk RESUME_AT decide the rest exactly as the uninterrupted ones."""
     from functools import partial
 
     import torch
@@ -387,30 +253,66 @@ def test_scheduler_contract_every_scheduler_decides_sft_chunks_with_the_task_as_
     snapshot = partial(snapshot_of_version, {k: v.detach().float().numpy() for k, v in model.state_dict().items()},
                        [n for n, _ in model.named_parameters()],
                        optimizer=requests.snapshot is not None and requests.snapshot.optimizer_state)
-    scheduler = cfg.build(BuildContext(
-        seed=5, model_config=model_config, model=model_cfg, run_name=f"sft-{name}", run_dir=str(tmp_path),
-        batch_size=B, total_chunks=SFT_CHUNKS, tokenizer_dir=str(prepared.tokenizer_dir),
-        eval_sets=[ray.put(eval_sets)], domains=mix_domains))
-    coordinator = ray.remote(ScheduleCoordinator).options(max_concurrency=16).remote(
-        make_stream, scheduler, requests, cfg.prefetch_chunks, cfg.staleness, cfg.deadline_s,
-        draws_mixture=cfg.draws_mixture)
-    mixtures: dict[int, dict[str, float]] = {}  # the mixer's, as each chunk carries it
-    # The same chunks, read independently of the coordinator (a mixer's: drawn with the mixtures it logged)
+    ctx = BuildContext(seed=5, model_config=model_config, model=model_cfg, run_name=f"sft-{name}", run_dir=str(tmp_path),
+                       batch_size=B, total_chunks=N_CHUNKS, tokenizer_dir=str(prepared.tokenizer_dir),
+                       eval_sets=[ray.put(eval_sets)], domains=mix_domains)
+
+    def coordinator_of(scheduler):
+        return ray.remote(ScheduleCoordinator).options(max_concurrency=16).remote(
+            make_stream, scheduler, requests, cfg.prefetch_chunks, cfg.staleness, cfg.deadline_s,
+            draws_mixture=cfg.draws_mixture)
+
+    def drive(coordinator, first: int, last: int, checkpoint_at: int | None = None):
+        """Act as the trainers for chunks first..last-1; returns the chunks (and a checkpoint)."""
+        chunks, state = {}, None
+        if requests.snapshot is not None:
+            ray.get(coordinator.publish_weights.remote(first, [ray.put(p) for p in snapshot(first)]))
+        for c in range(first, last):
+            chunks[c] = chunk = ray.get(coordinator.get_chunk.remote(c), timeout=300)
+            if requests.feedback is not None:
+                coordinator.feedback.remote(feedback_of(chunk))
+            if requests.snapshot is not None:
+                ray.get(coordinator.publish_weights.remote(c + 1, [ray.put(p) for p in snapshot(c + 1)]))
+            if c + 1 == checkpoint_at:
+                ray.get(coordinator.get_chunk.remote(c + 1), timeout=300)  # as the trainers await it
+                state = ray.get(coordinator.checkpoint_state.remote(c + 1), timeout=300)
+        return chunks, state
+
+    with contextlib.ExitStack() as cleanup:  # every actor of both sides goes, whatever fails
+        first_scheduler = cfg.build(ctx)
+        cleanup.callback(first_scheduler.close)
+        # The restored side's scheduler is built now, untouched until the restore: its actors (a process each,
+        # ~6 s of imports on a small box) start while the first side decides, not after it (its actors' names
+        # are the run's: another name, while the first side's live)
+        second_scheduler = cfg.build(dataclasses.replace(ctx, run_name=f"{ctx.run_name}-restored"))
+        cleanup.callback(second_scheduler.close)
+        first = coordinator_of(first_scheduler)
+        cleanup.callback(ray.kill, first)
+        uninterrupted, state = drive(first, 0, N_CHUNKS, checkpoint_at=RESUME_AT)
+        ray.kill(first)
+        second = coordinator_of(second_scheduler)
+        cleanup.callback(ray.kill, second)
+        ray.get(second.restore.remote(state))
+        resumed, _ = drive(second, RESUME_AT, N_CHUNKS)
+    for c in range(RESUME_AT, N_CHUNKS):
+        decided = [{k: v for k, v in chunk.decision.to_state().items() if k != "fallback"}
+                   for chunk in (uninterrupted[c], resumed[c])]
+        assert decided[1] == decided[0], f"chunk {c} differs"
+        assert (resumed[c].mixture, resumed[c].sample_ids) == (uninterrupted[c].mixture, uninterrupted[c].sample_ids), \
+            f"chunk {c} was drawn with another mixture or other samples"
+
+    # The uninterrupted side's chunks against the same chunks read independently of the coordinator (a mixer's:
+    # drawn with the mixtures it logged)
+    mixtures = {c: chunk.mixture for c, chunk in uninterrupted.items()}
     produced = make_stream(mixture_for_chunk=mixtures.__getitem__) if mixes(name) else make_stream()
-    candidate_chunks = iter(produced)
     drawn: list[str] = []
     try:
-        if requests.snapshot is not None:
-            ray.get(coordinator.publish_weights.remote(0, [ray.put(p) for p in snapshot(0)]))
-        for c in range(SFT_CHUNKS):
-            chunk = ray.get(coordinator.get_chunk.remote(c), timeout=300)
+        for (c, chunk), candidates in zip(uninterrupted.items(), produced, strict=False):
             if mixes(name):
                 assert chunk.decision.record["scheduler"] == name
                 assert drawn_from(chunk.mixture) <= set(SFT_MIX_DOMAINS) and abs(sum(chunk.mixture.values()) - 1) < 1e-6
-                mixtures[c] = chunk.mixture
             else:
                 assert chunk.mixture is None
-            candidates = next(candidate_chunks)
             assert candidates.mixture == chunk.mixture
             assert not chunk.decision.fallback, f"chunk {c}: {chunk.decision.record}"
             assert chunk.steps == L and all(len(ids) == B for ids in chunk.sample_ids)
@@ -422,14 +324,9 @@ def test_scheduler_contract_every_scheduler_decides_sft_chunks_with_the_task_as_
             assert [d for ds in chunk.domains for d in ds] == [by_id[s] for s in trained], "the task is the domain"
             assert set(by_id.values()) <= (set(SFT_MIX_DOMAINS) if mixes(name) else SKILLS)
             drawn += sorted(by_id)
-            if requests.feedback is not None:
-                coordinator.feedback.remote(feedback_of(chunk))
-            if requests.snapshot is not None:
-                ray.get(coordinator.publish_weights.remote(c + 1, [ray.put(p) for p in snapshot(c + 1)]))
     finally:
         produced.close()
-        ray.kill(coordinator)
-        scheduler.close()
-    assert len(drawn) == len(set(drawn)), "no sample twice (the two chunks lie within the first task epoch)"
-    if mixes(name):  # 16 draws of 24 records per task: every drawn id is of task epoch 0
+    assert len(drawn) == len(set(drawn)) == N_CHUNKS * cfg.window_batches() * B, \
+        "no sample twice (the chunks lie within the first task epoch)"
+    if mixes(name):  # 32 draws of 40 records per task: every drawn id is of task epoch 0
         assert {s.split("/", 1)[0] for s in drawn} == {"0"}
