@@ -88,7 +88,7 @@ def start_autoscaling_coordinator():
     On a loaded machine the actor's cold start outlasts the controller's first 5 s request, and Ray Train
     logs a WARNING with a full traceback ("Failed to send resource request ... safe to ignore") to the
     run's console. Started ahead (the same name, namespace and node as Ray's own ``get_or_create``), the
-    controller finds it running; :func:`wait_until_ready` waits for it before the fit.
+    controller finds it running; :func:`wait_for_autoscaling_coordinator` waits for it before the fit.
     """
     try:
         from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
@@ -99,7 +99,7 @@ def start_autoscaling_coordinator():
     return get_or_create_autoscaling_coordinator().__ray_ready__.remote()
 
 
-def wait_until_ready(ref, timeout_s: float = 120.0) -> None:
+def wait_for_autoscaling_coordinator(ref, timeout_s: float = 120.0) -> None:
     """Wait (at most ``timeout_s``) for ``ref`` from :func:`start_autoscaling_coordinator`; a slow start only
     costs Ray Train's warning, so the wait gives up quietly (logged at INFO)."""
     import ray

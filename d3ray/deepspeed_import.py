@@ -3,8 +3,11 @@
 ``deepspeed/__init__`` imports its autotuner, which does ``import mlflow`` at module level whenever
 MLflow is installed (for autotuning experiments, which d3ray never runs). On a 2-core box that is
 2.4 of the 5.2 s the import takes, paid again by every process that imports DeepSpeed: each
-trainer rank, census worker and export. Every d3ray module imports DeepSpeed through
-:func:`import_deepspeed`; ``report_to: [mlflow]`` still imports MLflow itself afterwards.
+trainer rank, census worker and export. Each place where a d3ray process first imports DeepSpeed (the
+trainers' loop, the census worker, export, the config check, the load-memory bench) calls
+:func:`import_deepspeed`; code that runs only inside a trainer after that (snapshot.py,
+sharded_influence.py) imports DeepSpeed's submodules directly. ``report_to: [mlflow]`` still imports
+MLflow itself afterwards.
 """
 
 from __future__ import annotations

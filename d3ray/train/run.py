@@ -27,7 +27,7 @@ from d3ray.cluster import (
     size_tokenizers,
     start_autoscaling_coordinator,
     start_ray,
-    wait_until_ready,
+    wait_for_autoscaling_coordinator,
     worker_env,
 )
 from d3ray.config import RunConfig
@@ -106,7 +106,7 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
     scheduler = None
     try:
         check_cluster(cfg, fixed=owns_ray and cfg.ray.address in (None, "local"))
-        coordinator_up = start_autoscaling_coordinator()  # Ray Train's, warm before the fit (d3ray/cluster.py)
+        autoscaler_up = start_autoscaling_coordinator()  # Ray Train's, warm before the fit (d3ray/cluster.py)
         # DoReMi's reference model, RegMix's proxy runs: short runs of their own, first (a no-op for the rest)
         schedule.before_run(pre_run_context(cfg, prepared, list(mix_domains or [])))
         eval_ref = [ray.put(eval_sets)] if eval_sets else []
@@ -147,7 +147,7 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
                 logging_config=ray.train.LoggingConfig(log_level="WARNING"),  # Ray Train's INFO: its log files
             ),
         )
-        wait_until_ready(coordinator_up)
+        wait_for_autoscaling_coordinator(autoscaler_up)
         try:
             result = trainer.fit()
         except Exception:

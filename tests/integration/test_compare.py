@@ -3,8 +3,9 @@
 The first call runs a three-arm grid with a fault drill that kills one run's trainer (no retries) and an
 arm whose override does not exist: both are reported as failed with their errors, the other run
 completes, and the report has the expected rows. The second call (the CLI, same config) skips the
-finished run (its final_metrics.json untouched) and reruns only the killed one. (Verdicts over seeds,
-paired differences and equal compute are checked on constructed run directories: test_compare_report.py.)
+finished run (its final_metrics.json untouched) and reruns only the killed one. (Verdicts over seeds and
+paired differences: test_compare_stats.py; the report's rows, verdicts and equal compute on constructed run
+directories: test_compare_report.py.)
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ def test_compare_grid_reports_failures_and_rerun_skips_finished_runs(ray_cluster
     rows = list(csv.DictReader(open(report / "results.csv")))
     assert {r["arm"]: r["n"] for r in rows if r["metric"] == "eval/mean_loss"} == {"random": "1", "sequential": "1",
                                                                                   "bad": "0"}
+
 
 def test_compare_parallel_tasks_record_each_runs_error(ray_cluster, corpus, tmp_path):
     """max_concurrent_runs=2: runs are Ray tasks; an error inside one (here a missing validation path,
