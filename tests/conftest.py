@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,15 @@ def shared_data(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"shared data not found at {path} (it lives beside the repository, in ../shared/data)")
     return path
+
+
+def fresh_python(code: str) -> dict:
+    """Run ``code`` in a fresh interpreter (this test process may have imported anything already) and
+    return the JSON object its last printed line holds."""
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                         env={"DS_ACCELERATOR": "cpu", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def make_corpus(root: Path, seed: int, train_docs: int, validation_docs: int, train_shards: int,

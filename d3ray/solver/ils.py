@@ -28,8 +28,8 @@ is that MA, with ILS kicks as its mutation:
 With ``population = 1`` this is a plain ILS with better-only acceptance. Stopping: ``max_iters`` rounds,
 ``patience`` rounds without a new best, or the wall clock ``time_budget_s``; only the last makes the
 result depend on machine speed (``stats["stopped_by"] == "time"``). Rounds run compiled
-(:func:`memetic_rounds`, numba), a slice of ~1 ms at a time between looks at the clock; a round is
-~30 µs at K = 60 (a crossover, a scoring, ~4 O(K²) descent sweeps). Measured cost and quality per K are
+(:func:`~d3ray.solver.memetic.memetic_rounds`, numba, imported when a search first runs), a slice of
+~1 ms at a time between looks at the clock; a round is ~30 µs at K = 60 (a crossover, a scoring, ~4 O(K²) descent sweeps). Measured cost and quality per K are
 in the README and ``d3ray bench solver``.
 """
 
@@ -41,9 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numba import njit
 
-from d3ray.solver import kernels
 from d3ray.solver.base import SolverBase, SolverConfig, check_budget
 from d3ray.solver.greedy import greedy_insertion_order, row_sum_order
 from d3ray.solver.local_search import Descent
@@ -54,113 +52,14 @@ logger = logging.getLogger(__name__)
 __all__ = ["IlsConfig", "IlsSolver"]
 
 
-# Slots of the integer state vector that carries the search across calls of memetic_rounds.
-ITERS, SINCE_BEST, SINCE_CHANGE, RESTARTS, MEMBERS, BEST_AT_ITER, MOVES, SWEEPS = range(8)
-# Why memetic_rounds returned.
-SLICE_DONE, MAX_ITERS, PATIENCE = 0, 1, 2
-
-
-@njit(cache=True)
-def memetic_rounds(
-    S: np.ndarray,
-    members: np.ndarray,
-    costs: np.ndarray,
-    best: np.ndarray,
-    best_cost: np.ndarray,
-    state: np.ndarray,
-    rounds: int,
-    tol: float,
-    perturb_moves: int,
-    reach: int,
-    strong_moves: int,
-    grow_after: int,
-    restart_after: int,
-    crossover_keep: float,
-    mutation_rate: float,
-    max_iters: int,
-    patience: int,
-) -> int:
-    """Run up to ``rounds`` rounds of the search (phases 2-4 of the module docstring), compiled.
-
-    The search state lives in the arrays, updated in place, so the caller can check the wall clock
-    between calls: ``members`` (P, K) int64 population (its first ``state[MEMBERS]`` rows are valid),
-    ``costs`` (P,), ``best`` (K,) and ``best_cost`` (1,) the best order seen, ``state`` the counters
-    indexed by ``ITERS`` ... ``SWEEPS``. ``patience`` < 0 means none.
-
-    Returns:
-        ``SLICE_DONE``, ``MAX_ITERS`` or ``PATIENCE``.
-    """
-    P, K = members.shape
-    big = 1 << 30
-    for _ in range(rounds):
-        if state[ITERS] >= max_iters:
-            return MAX_ITERS
-        if patience >= 0 and state[SINCE_BEST] >= patience:
-            return PATIENCE
-        state[ITERS] += 1
-        state[SINCE_BEST] += 1
-        state[SINCE_CHANGE] += 1
-        n = state[MEMBERS]
-        ils_phase = n == 1 and (P == 1 or state[SINCE_BEST] <= grow_after)
-        if ils_phase:  # kick the single member
-            child = members[0].copy()
-            cost = costs[0] + kernels.kick(S, child, perturb_moves, reach)
-        elif n < P and state[RESTARTS] == 0:  # grow the population: strong kicks of the best
-            child = best.copy()
-            cost = best_cost[0] + kernels.kick(S, child, strong_moves, K - 1)
-        elif n < P:  # regrow after a restart: random orders
-            child = kernels.permutation(K)
-            cost = kernels.order_cost(S, child)
-        else:
-            i, j = kernels.pick_two(n)
-            child = kernels.crossover(members[i], members[j], crossover_keep)
-            cost = kernels.order_cost(S, child)
-            if kernels.coin(mutation_rate):
-                cost += kernels.kick(S, child, perturb_moves, reach)
-        change, moves, sweeps, _ = kernels.descend(S, child, tol, big)
-        cost += change
-        state[MOVES] += moves
-        state[SWEEPS] += sweeps
-        if cost < best_cost[0] - tol:
-            best[:] = child
-            best_cost[0] = cost
-            state[BEST_AT_ITER] = state[ITERS]
-            state[SINCE_BEST] = 0
-        duplicate = False
-        for m in range(n):
-            if abs(costs[m] - cost) <= tol:
-                duplicate = True  # already in the population (by cost)
-        if duplicate:
-            pass
-        elif ils_phase:
-            if cost < costs[0]:
-                members[0] = child
-                costs[0] = cost
-                state[SINCE_CHANGE] = 0
-        elif n < P:
-            members[n] = child
-            costs[n] = cost
-            state[MEMBERS] = n + 1
-            state[SINCE_CHANGE] = 0
-        else:
-            worst = np.argmax(costs)
-            if cost < costs[worst]:
-                members[worst] = child
-                costs[worst] = cost
-                state[SINCE_CHANGE] = 0
-        if P > 1 and state[MEMBERS] == P and state[SINCE_CHANGE] >= restart_after:
-            state[MEMBERS] = 0  # converged: regrow from random orders
-            state[SINCE_CHANGE] = 0
-            state[RESTARTS] += 1
-    return SLICE_DONE
-
-
 class IlsSolver(SolverBase):
     """Memetic iterated insertion local search (see the module docstring)."""
 
     config: IlsConfig
 
     def _search(self, S, init, init_cost, seed, deadline) -> tuple[np.ndarray, dict[str, Any]]:
+        from d3ray.solver import kernels, memetic  # numba: imported by the first search, not by the config
+
         cfg = self.config
         t0 = time.perf_counter()
         K = S.shape[0]
@@ -183,7 +82,7 @@ class IlsSolver(SolverBase):
         members[0], costs[0] = first, first_cost
         best, best_cost = first.copy(), np.array([first_cost])
         state = np.zeros(8, dtype=np.int64)
-        state[MEMBERS] = 1
+        state[memetic.MEMBERS] = 1
         best_at_s = time.perf_counter() - t0
         stopped_by = "time" if timed_out else "max_iters"
         max_iters = cfg.max_iters if cfg.max_iters is not None else np.iinfo(np.int64).max
@@ -196,25 +95,25 @@ class IlsSolver(SolverBase):
                 stopped_by = "time"
                 break
             before = best_cost[0]
-            why = memetic_rounds(
+            why = memetic.memetic_rounds(
                 descend.S, members, costs, best, best_cost, state, rounds_per_call, descend.tol,
                 cfg.perturb_moves, reach, strong, cfg.grow_after, cfg.restart_after,
                 cfg.crossover_keep, cfg.mutation_rate, max_iters, patience,
             )  # fmt: skip
             if best_cost[0] < before:
                 best_at_s = time.perf_counter() - t0
-            if why != SLICE_DONE:
-                stopped_by = "max_iters" if why == MAX_ITERS else "patience"
+            if why != memetic.SLICE_DONE:
+                stopped_by = "max_iters" if why == memetic.MAX_ITERS else "patience"
                 break
         stats = {
-            "iters": int(state[ITERS]),
-            "moves": descend.moves + int(state[MOVES]),
-            "sweeps": descend.sweeps + int(state[SWEEPS]),
+            "iters": int(state[memetic.ITERS]),
+            "moves": descend.moves + int(state[memetic.MOVES]),
+            "sweeps": descend.sweeps + int(state[memetic.SWEEPS]),
             "stopped_by": stopped_by,
             "start_cost": start_cost,
-            "best_at_iter": int(state[BEST_AT_ITER]),
+            "best_at_iter": int(state[memetic.BEST_AT_ITER]),
             "best_at_s": best_at_s,
-            "restarts": int(state[RESTARTS]),
+            "restarts": int(state[memetic.RESTARTS]),
         }
         return best, stats
 

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from d3ray.solver import kernels
 from d3ray.solver.base import SolverBase, SolverConfig, check_budget
 from d3ray.solver.greedy import row_sum_order
 from d3ray.solver.problem import ordering_cost, swap_delta
@@ -113,6 +112,8 @@ class Descent:
         Returns:
             (cost, timed_out).
         """
+        from d3ray.solver import kernels  # numba: imported by the first descent, not by the config
+
         while True:
             change, moves, sweeps, done = kernels.descend(self.S, order, self.tol, self.sweeps_per_call)
             cost += change

@@ -4,22 +4,11 @@ fresh interpreter (this test process may have imported either already)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import fresh_python
 
 pytest.importorskip("mlflow", reason="the case is DeepSpeed's autotuner importing an installed MLflow")
-
-
-def fresh_python(code: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
-                         env={"DS_ACCELERATOR": "cpu", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def test_deepspeed_imports_without_mlflow_and_mlflow_imports_after():

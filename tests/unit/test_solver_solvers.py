@@ -21,6 +21,7 @@ from d3ray.solver import (
     solve,
     solve_exact,
 )
+from tests.conftest import fresh_python
 
 # Small budgets keep the heuristics fast; the contract does not depend on them.
 FAST = {"ils": {"max_iters": 30}, "rsr": {"max_iters": 2000}}
@@ -158,3 +159,18 @@ def test_solver_package_import_does_not_import_ray() -> None:
     code = "import sys, d3ray.solver, d3ray.solver.pool, d3ray.solver.command; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_reading_a_run_config_does_not_import_numba_and_the_first_search_does() -> None:
+    """Every process that reads a run config (trainers, coordinator, actors) imports the solver configs; the
+    compiled kernels (numba, ~0.4-0.8 s to import) come with the first search, which still finds the optimum."""
+    seen = fresh_python(
+        "import json, sys\n"
+        "import numpy as np\n"
+        "import d3ray.config, d3ray.train.loop, d3ray.solver\n"
+        "before = 'numba' in sys.modules\n"
+        "from d3ray.solver import IlsConfig, RsrConfig, solve\n"
+        "a = np.array([0.3, -1.0, 2.0, 0.7]); S = a[:, None] - a[None, :]\n"
+        "orders = [solve(S, c, init=np.array([1, 0, 3, 2])).order.tolist() for c in (IlsConfig(), RsrConfig())]\n"
+        "print(json.dumps({'before': before, 'after': 'numba' in sys.modules, 'orders': orders}))\n")
+    assert seen == {"before": False, "after": True, "orders": [[2, 3, 0, 1], [2, 3, 0, 1]]}
