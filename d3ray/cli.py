@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import re
 import sys
 
 # Modules that contribute sub-commands, in help order. A module may register several.
@@ -43,6 +44,9 @@ COMMAND_MODULES = (
     "d3ray.bench.command",
     "d3ray.plot.command",
 )
+
+
+DOTTED_OVERRIDE = re.compile(r"^--\w+(\.\w+)+=")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,7 +94,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     """The command line → the command's namespace; ``args.overrides`` holds the dotted config overrides:
     those a command parses itself (a positional ``overrides``) and the unparsed ``--key=value``s."""
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    # argparse reads a "--key=value" holding a space ("--train.betas=[0.0, 0.95]") as a positional: a
+    # dotted override is never an option, so it is set aside before parsing, whatever its value.
+    dotted = [a for a in argv if DOTTED_OVERRIDE.match(a)]
+    args, extra = parser.parse_known_args([a for a in argv if not DOTTED_OVERRIDE.match(a)])
+    extra += dotted
     if extra and not getattr(args, "accepts_overrides", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.overrides = list(getattr(args, "overrides", None) or []) + extra

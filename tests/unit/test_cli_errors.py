@@ -64,3 +64,14 @@ def test_positional_overrides_of_a_benchmark_reach_it():
     assert args.sets == ["schedule.influence_placement=in_trainer"]
     pretrain = parse_args(["pretrain", "--train.steps=5"])
     assert pretrain.overrides == ["--train.steps=5"]
+
+
+def test_a_dotted_override_whose_value_has_a_space_is_an_override_not_the_run_dir():
+    """argparse reads ``--key=value`` holding a space as a positional: ``d3ray census --config F
+    "--train.betas=[0.0, 0.95]"`` once took the override for RUN_DIR and stopped with "give a RUN_DIR or
+    --config FILE, one of them"."""
+    from d3ray.cli import parse_args
+
+    args = parse_args(["census", "--config", "run.yaml", "--train.betas=[0.0, 0.95]", "--out", "o"])
+    assert (args.config, args.run_dir, args.out) == ("run.yaml", None, "o")
+    assert args.overrides == ["--train.betas=[0.0, 0.95]"]
