@@ -25,6 +25,7 @@ import numpy as np
 from d3ray.census.census import mean_loss, read_json
 from d3ray.census.stats import (
     beats_median,
+    domain_position,
     half_of,
     pearson,
     position_effect,
@@ -188,6 +189,10 @@ def recency_control(entries: dict[tuple[int, int], dict[str, Any]], domain: str 
         random = [loss(r) for n, r in entry["branches"].items() if n.startswith("random_")]
         row: dict[str, Any] = {"domain": name, "random_mean": float(np.nanmean(random)),
                                "random_sd": float(np.nanstd(random, ddof=1))}
+        trained = [r for r in entry["branches"].values() if "order" in r and math.isfinite(loss(r))]
+        where = [domain_position(r["order"], domains, name) for r in trained]
+        row["position"] = {"n": len(trained), "spearman": spearman(where, [loss(r) for r in trained]),
+                           "pearson": pearson(where, [loss(r) for r in trained])}
         for order in ("recency_last", "recency_first", "d3"):
             if order in entry["branches"]:
                 v = loss(entry["branches"][order])
@@ -202,6 +207,25 @@ def recency_control(entries: dict[tuple[int, int], dict[str, Any]], domain: str 
                           "share_past_2": float(np.mean([sign * z >= 2 for z in zs]))}
     last = out.get("recency_last")
     out["found"] = bool(last and last["mean_z"] <= -2 and math.isfinite(last["ci_high"]) and last["ci_high"] < 0)
+    out["position"] = position_summary([r["position"] for r in chunks.values()])
+    return out
+
+
+def position_summary(per_chunk: list[dict[str, Any]]) -> dict[str, Any]:
+    """Across chunks, the correlation between where an order trains the control domain
+    (:func:`~d3ray.census.stats.domain_position`) and that domain's held-out loss, over every trained order
+    of a chunk: mean Spearman and Pearson with 95% t-intervals; ``resolved`` when the Spearman interval
+    excludes 0 (the census sees the domain's place move its loss), ``better`` = ``"late"`` when training it
+    late lowers its loss (the recency answer), ``"early"`` when early does."""
+    out: dict[str, Any] = {}
+    for key in ("spearman", "pearson"):
+        values = [r[key] for r in per_chunk]
+        mean, lo, hi = t_interval(values)
+        out[key] = {"mean": mean, "ci_low": lo, "ci_high": hi, "n": int(np.isfinite(values).sum()) if values else 0}
+    rho = out["spearman"]
+    out["resolved"] = bool(math.isfinite(rho["ci_low"]) and (rho["ci_low"] > 0 or rho["ci_high"] < 0))
+    out["better"] = None if not math.isfinite(rho["mean"]) or rho["mean"] == 0 else (
+        "late" if rho["mean"] < 0 else "early")
     return out
 
 

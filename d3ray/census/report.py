@@ -316,14 +316,31 @@ def recency_markdown(control: dict[str, Any], title: str, setup: dict[str, Any],
     lines += ["", f"**Control {'found' if control['found'] else 'NOT found'}**: "
                   + ("the census sees a planted order effect of this kind at this point of the run."
                      if control["found"] else "mean z of recency_last is not <= -2 with its interval below 0: "
-                     "a null result of this census cannot be read as 'no order effect'."), "",
-              "| checkpoint/chunk | domain | random mean | random sd | last z (rank) | first z (rank) | d3 z |",
-              "|---|---|---|---|---|---|---|"]
+                     "a null result of this census cannot be read as 'no order effect'."), ""]
+    lines += position_lines(control.get("position"))
+    lines += ["| checkpoint/chunk | domain | random mean | random sd | last z (rank) | first z (rank) | d3 z | position ρ |",
+              "|---|---|---|---|---|---|---|---|"]
     for key, r in control["chunks"].items():
         def zr(order: str, r: dict[str, Any] = r) -> str:
             return "-" if order not in r else f"{_f(r[order]['z'], 2)} ({r[order]['rank']})"
 
         lines.append(f"| {key} | {r['domain']} | {_f(r['random_mean'])} | {_f(r['random_sd'], 5)} | "
-                     f"{zr('recency_last')} | {zr('recency_first')} | {_f(r.get('d3', {}).get('z'), 2)} |")
+                     f"{zr('recency_last')} | {zr('recency_first')} | {_f(r.get('d3', {}).get('z'), 2)} | "
+                     f"{_f(r.get('position', {}).get('spearman'), 2)} |")
     lines.append("")
     return lines
+
+
+def position_lines(position: dict[str, Any] | None) -> list[str]:
+    """The recency control's second read-out: the domain's place in every trained order against its loss
+    (:func:`~d3ray.census.analysis.position_summary`), which uses all the orders of a chunk, not two."""
+    if not position or not position["spearman"]["n"]:
+        return []
+    rho, r = position["spearman"], position["pearson"]
+    verdict = ("**resolved: training the domain late lowers its loss** (the recency answer)" if position["resolved"]
+               and position["better"] == "late" else "**resolved: training the domain early lowers its loss** "
+               "(the opposite of recency)" if position["resolved"] else "**not resolved** (the interval holds 0)")
+    return [f"Where each order trains the domain (the mean position of its sequences, 1..L) against the domain's "
+            f"held-out loss, over every trained order of a chunk: mean Spearman {_f(rho['mean'], 2)} "
+            f"[{_f(rho['ci_low'], 2)}, {_f(rho['ci_high'], 2)}] over {rho['n']} chunks (Pearson {_f(r['mean'], 2)} "
+            f"[{_f(r['ci_low'], 2)}, {_f(r['ci_high'], 2)}]); < 0: later is better. Position effect {verdict}.", ""]

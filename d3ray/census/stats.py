@@ -107,6 +107,19 @@ def position_effect(positions: Sequence[int], losses: Sequence[float], L: int) -
             "late_mean": late_mean, "late_minus_early": late_mean - early_mean, "better": better}
 
 
+def domain_position(order: Sequence[int], batch_domains: Sequence[Sequence[str]], domain: str) -> float:
+    """Where an order trains one domain: the mean position (1..L) of its sequences, each batch's position
+    weighted by how many of them it holds (NaN when the chunk holds none). Late = trained near the end.
+
+    Example: counts (0, 1, 2, 3) over batches 0..3: order (0, 1, 2, 3) → (1·2 + 2·3 + 3·4)/6 = 3.33;
+    order (3, 2, 1, 0) → (3·1 + 2·2 + 1·3)/6 = 1.67.
+    """
+    counts = np.array([list(batch_domains[b]).count(domain) for b in order], dtype=np.float64)
+    if counts.sum() == 0:
+        return float("nan")
+    return float((np.arange(1, len(order) + 1) * counts).sum() / counts.sum())
+
+
 def momentum_applied(position: int, L: int, beta1: float, extra_steps: int = 0) -> float:
     """The fraction of the gradient of the batch trained at ``position`` (1..L) of a chunk that has reached
     the weights by the end of the chunk plus ``extra_steps`` more steps: 1 − β1^n, n = L − position + 1 +
