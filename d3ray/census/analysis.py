@@ -164,8 +164,14 @@ def recency_control(entries: dict[tuple[int, int], dict[str, Any]], domain: str 
                     metric: str = "eval") -> dict[str, Any]:
     """The recency control: per chunk, the control domain's held-out loss of ``recency_last`` and
     ``recency_first`` against the random orders' (z, rank); across chunks the mean z with its 95%
-    t-interval and the share of chunks with z <= -2 (last) / >= 2 (first). ``found``: the census sees
-    the planted effect (mean z of recency_last <= -2, its interval below 0).
+    t-interval and the share of chunks with z <= -2 (last) / >= 2 (first).
+
+    ``found``: the census sees the known answer, recency_last < random < recency_first: the mean z of
+    recency_last has its interval below 0 and that of recency_first above 0 (each |t| >= ~2 over the
+    chunks). ``strict``: besides, the mean z of recency_last is <= -2, i.e. the domain's place explains most
+    of the random orders' spread in a typical chunk (a bar on the effect's size, not on the census's sight:
+    under a loss linear in the domain's positions no order reaches |z| > √(L − 1)). ``position``: the same
+    question asked of every trained order (:func:`position_summary`).
 
     ``metric``: ``eval`` (right after the branched chunk) or ``persist_eval`` (after the shared persist
     chunks). The horizon matters under AdamW: a batch's gradient reaches the weights through the
@@ -205,8 +211,10 @@ def recency_control(entries: dict[tuple[int, int], dict[str, Any]], domain: str 
             mean, lo, hi = t_interval(zs)
             out[order] = {"mean_z": mean, "ci_low": lo, "ci_high": hi, "n": len(zs),
                           "share_past_2": float(np.mean([sign * z >= 2 for z in zs]))}
-    last = out.get("recency_last")
-    out["found"] = bool(last and last["mean_z"] <= -2 and math.isfinite(last["ci_high"]) and last["ci_high"] < 0)
+    last, first = out.get("recency_last"), out.get("recency_first")
+    out["found"] = bool(last and first and math.isfinite(last["ci_high"]) and last["ci_high"] < 0
+                        and math.isfinite(first["ci_low"]) and first["ci_low"] > 0)
+    out["strict"] = bool(out["found"] and last["mean_z"] <= -2)
     out["position"] = position_summary([r["position"] for r in chunks.values()])
     return out
 

@@ -313,10 +313,7 @@ def recency_markdown(control: dict[str, Any], title: str, setup: dict[str, Any],
             c = control[order]
             lines.append(f"| {order} | {_f(c['mean_z'], 2)} | [{_f(c['ci_low'], 2)}, {_f(c['ci_high'], 2)}] | "
                          f"{c['share_past_2']:.0%} | {c['n']} |")
-    lines += ["", f"**Control {'found' if control['found'] else 'NOT found'}**: "
-                  + ("the census sees a planted order effect of this kind at this point of the run."
-                     if control["found"] else "mean z of recency_last is not <= -2 with its interval below 0: "
-                     "a null result of this census cannot be read as 'no order effect'."), ""]
+    lines += ["", recency_verdict(control), ""]
     lines += position_lines(control.get("position"))
     lines += ["| checkpoint/chunk | domain | random mean | random sd | last z (rank) | first z (rank) | d3 z | position ρ |",
               "|---|---|---|---|---|---|---|---|"]
@@ -329,6 +326,21 @@ def recency_markdown(control: dict[str, Any], title: str, setup: dict[str, Any],
                      f"{_f(r.get('position', {}).get('spearman'), 2)} |")
     lines.append("")
     return lines
+
+
+def recency_verdict(control: dict[str, Any]) -> str:
+    """The recency control's verdict line: found (recency_last < random < recency_first, both intervals
+    clear of 0), and whether it also meets the strict bar (mean z of recency_last <= -2)."""
+    last = control.get("recency_last", {})
+    if not control["found"]:
+        return ("**Control NOT found**: the census does not resolve recency_last < random < recency_first (each "
+                "mean z's interval clear of 0): a null result of this census cannot be read as 'no order effect'.")
+    size = ("and it meets the strict bar too: the mean z of recency_last is <= -2." if control.get("strict") else
+            f"The strict bar is not met: the mean z of recency_last is {_f(last.get('mean_z'), 2)}, not <= -2 "
+            f"(|z| >= 2 the right way in {last.get('share_past_2', 0):.0%} of the chunks): the domain's place moves "
+            "its loss, by less than the order of the other batches does.")
+    return ("**Control found**: recency_last < random < recency_first, each mean z's 95% interval clear of 0: the "
+            f"census sees that training the domain last helps it, at this point of the run; {size}")
 
 
 def position_lines(position: dict[str, Any] | None) -> list[str]:

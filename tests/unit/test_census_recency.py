@@ -63,6 +63,7 @@ def test_recency_control_reads_each_horizon_and_finds_it_only_where_the_effect_i
     assert soon["recency_last"]["mean_z"] > 2 and not soon["found"]
     assert later["recency_last"]["mean_z"] < -2 and later["recency_last"]["ci_high"] < 0 and later["found"]
     assert later["recency_last"]["share_past_2"] == 1.0 and later["recency_first"]["mean_z"] > 2
+    assert later["strict"] and not soon["strict"]
 
     setup = {"run_dir": "r", "schedule": "random", "L": 4, "checkpoints": [10], "chunks": 3, "random_orders": 5,
              "persist": 2, "control": "recency", "beta1": 0.9}
@@ -122,3 +123,29 @@ def test_recency_position_effect_uses_every_order_and_reads_its_sign(tmp_path):
     write_report(tmp_path / "late", "d3ray census r --out o --control recency", setup)
     assert "Position effect **resolved: training the domain late lowers its loss**" in (
         tmp_path / "late" / "results.md").read_text()
+
+
+def test_recency_found_without_the_strict_bar_when_the_domain_moves_its_loss_by_less_than_the_other_batches(tmp_path):
+    """recency_last one random-order sd below the random mean in every chunk and recency_first one above:
+    the census resolves last < random < first (found) although no chunk reaches |z| 2 (not strict), and the
+    report says both."""
+    domains = [["web"] * 3, ["c4"] + ["web"] * 2, ["c4"] * 2 + ["web"], ["c4"] * 3]
+    randoms = [[1, 0, 2, 3], [3, 2, 0, 1], [2, 3, 1, 0], [0, 3, 2, 1], [1, 3, 0, 2]]
+    for c, eps in zip((10, 11, 12), (0.0, 0.002, -0.003), strict=True):
+        cdir = tmp_path / "branches" / "k00010" / f"c{c:05d}"
+        cdir.mkdir(parents=True)
+        (cdir / "orders.json").write_text(json.dumps({"batch_domains": domains}))
+        for i, order in enumerate(randoms):  # mean 2.02, sd 0.0158
+            _branch(cdir, f"random_{i}", order, 2.0 + 0.01 * i + eps, 2.0)
+        _branch(cdir, "recency_last", [0, 1, 2, 3], 2.005 + eps + 0.001 * (c - 11), 2.0)
+        _branch(cdir, "recency_first", [3, 2, 1, 0], 2.035 + eps - 0.001 * (c - 11), 2.0)
+    control = recency_control(collect(tmp_path), None)
+    assert -1.2 < control["recency_last"]["mean_z"] < -0.8 and control["recency_last"]["ci_high"] < 0
+    assert control["recency_first"]["ci_low"] > 0 and control["recency_last"]["share_past_2"] == 0.0
+    assert control["found"] and not control["strict"]
+    setup = {"run_dir": "r", "schedule": "random", "L": 4, "checkpoints": [10], "chunks": 3, "random_orders": 5,
+             "control": "recency", "beta1": 0.0}
+    write_report(tmp_path, "d3ray census r --out o --control recency", setup)
+    text = (tmp_path / "results.md").read_text()
+    assert "**Control found**: recency_last < random < recency_first" in text
+    assert "The strict bar is not met: the mean z of recency_last is -0.9" in text
