@@ -335,12 +335,12 @@ def recency_verdict(control: dict[str, Any]) -> str:
     if not control["found"]:
         return ("**Control NOT found**: the census does not resolve recency_last < random < recency_first (each "
                 "mean z's interval clear of 0): a null result of this census cannot be read as 'no order effect'.")
-    size = ("and it meets the strict bar too: the mean z of recency_last is <= -2." if control.get("strict") else
+    size = ("It meets the strict bar too: the mean z of recency_last is <= -2." if control.get("strict") else
             f"The strict bar is not met: the mean z of recency_last is {_f(last.get('mean_z'), 2)}, not <= -2 "
             f"(|z| >= 2 the right way in {last.get('share_past_2', 0):.0%} of the chunks): the domain's place moves "
             "its loss, by less than the order of the other batches does.")
     return ("**Control found**: recency_last < random < recency_first, each mean z's 95% interval clear of 0: the "
-            f"census sees that training the domain last helps it, at this point of the run; {size}")
+            f"census sees that training the domain last helps it, at this point of the run. {size}")
 
 
 def position_lines(position: dict[str, Any] | None) -> list[str]:
