@@ -32,6 +32,7 @@ from d3ray.census.stats import (
     rank_among,
     spearman,
     t_interval,
+    t_statistic,
     z_score,
 )
 
@@ -209,7 +210,7 @@ def recency_control(entries: dict[tuple[int, int], dict[str, Any]], domain: str 
         zs = [r[order]["z"] for r in chunks.values() if order in r]
         if zs:
             mean, lo, hi = t_interval(zs)
-            out[order] = {"mean_z": mean, "ci_low": lo, "ci_high": hi, "n": len(zs),
+            out[order] = {"mean_z": mean, "ci_low": lo, "ci_high": hi, "n": len(zs), "t": t_statistic(zs),
                           "share_past_2": float(np.mean([sign * z >= 2 for z in zs]))}
     last, first = out.get("recency_last"), out.get("recency_first")
     out["found"] = bool(last and first and math.isfinite(last["ci_high"]) and last["ci_high"] < 0

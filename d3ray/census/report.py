@@ -339,7 +339,9 @@ def recency_verdict(control: dict[str, Any]) -> str:
             f"The strict bar is not met: the mean z of recency_last is {_f(last.get('mean_z'), 2)}, not <= -2 "
             f"(|z| >= 2 the right way in {last.get('share_past_2', 0):.0%} of the chunks): the domain's place moves "
             "its loss, by less than the order of the other batches does.")
-    return ("**Control found**: recency_last < random < recency_first, each mean z's 95% interval clear of 0: the "
+    first = control.get("recency_first", {})
+    return ("**Control found**: recency_last < random < recency_first, each mean z's 95% interval clear of 0 (t "
+            f"{_f(last.get('t'), 1)} and {_f(first.get('t'), 1)} over the chunks): the "
             f"census sees that training the domain last helps it, at this point of the run. {size}")
 
 

@@ -55,6 +55,19 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float
     return mean, mean - half, mean + half
 
 
+def t_statistic(values: Sequence[float]) -> float:
+    """The one-sample t of the mean of ``values`` against 0: mean / (sd / √n), non-finite values dropped
+    (NaN for fewer than two values or no spread). How many standard errors the mean lies from 0: what a
+    census says with "|t| >= 2" across chunks.
+
+    Example: (1, 2, 3) → 2 / (1 / √3) = 3.46.
+    """
+    x = _finite(values)
+    if len(x) < 2 or x.std(ddof=1) == 0:
+        return float("nan")
+    return float(x.mean() / (x.std(ddof=1) / math.sqrt(len(x))))
+
+
 def pearson(x: Sequence[float], y: Sequence[float]) -> float:
     """Pearson correlation over the pairs where both are finite; NaN with < 3 pairs or a constant side."""
     a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)

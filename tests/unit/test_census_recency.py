@@ -143,9 +143,14 @@ def test_recency_found_without_the_strict_bar_when_the_domain_moves_its_loss_by_
     assert -1.2 < control["recency_last"]["mean_z"] < -0.8 and control["recency_last"]["ci_high"] < 0
     assert control["recency_first"]["ci_low"] > 0 and control["recency_last"]["share_past_2"] == 0.0
     assert control["found"] and not control["strict"]
+    from d3ray.census.stats import t_statistic
+
+    assert t_statistic([1, 2, 3]) == pytest.approx(2 / (1 / 3**0.5))
+    zs = [r["recency_last"]["z"] for r in control["chunks"].values()]
+    assert control["recency_last"]["t"] == pytest.approx(t_statistic(zs)) and control["recency_last"]["t"] < -2
     setup = {"run_dir": "r", "schedule": "random", "L": 4, "checkpoints": [10], "chunks": 3, "random_orders": 5,
              "control": "recency", "beta1": 0.0}
     write_report(tmp_path, "d3ray census r --out o --control recency", setup)
     text = (tmp_path / "results.md").read_text()
-    assert "**Control found**: recency_last < random < recency_first" in text
+    assert "**Control found**: recency_last < random < recency_first, each mean z's 95% interval clear of 0 (t -" in text
     assert "The strict bar is not met: the mean z of recency_last is -0.9" in text
