@@ -351,9 +351,12 @@ def position_lines(position: dict[str, Any] | None) -> list[str]:
     if not position or not position["spearman"]["n"]:
         return []
     rho, r = position["spearman"], position["pearson"]
-    verdict = ("**resolved: training the domain late lowers its loss** (the recency answer)" if position["resolved"]
-               and position["better"] == "late" else "**resolved: training the domain early lowers its loss** "
-               "(the opposite of recency)" if position["resolved"] else "**not resolved** (the interval holds 0)")
+    if not position["resolved"]:
+        verdict = "**not resolved** (the interval holds 0)"
+    elif position["better"] == "late":
+        verdict = "**resolved: training the domain late lowers its loss** (the recency answer)"
+    else:
+        verdict = "**resolved: training the domain early lowers its loss** (the opposite of recency)"
     return [f"Where each order trains the domain (the mean position of its sequences, 1..L) against the domain's "
             f"held-out loss, over every trained order of a chunk: mean Spearman {_f(rho['mean'], 2)} "
             f"[{_f(rho['ci_low'], 2)}, {_f(rho['ci_high'], 2)}] over {rho['n']} chunks (Pearson {_f(r['mean'], 2)} "
