@@ -40,16 +40,24 @@ def _branch(cdir, name, order, eval_c4, persist_c4):
     (cdir / f"{name}.json").write_text(json.dumps(result))
 
 
+DOMAINS = [["web"] * 3, ["c4"] + ["web"] * 2, ["c4"] * 2 + ["web"], ["c4"] * 3]  # c4 counts 0, 1, 2, 3
+RANDOMS = [[1, 0, 2, 3], [3, 2, 0, 1], [2, 3, 1, 0], [0, 3, 2, 1], [1, 3, 0, 2]]
+
+
+def chunk_dir(root, c: int):
+    """Chunk ``c`` after checkpoint 10, its batches holding :data:`DOMAINS`."""
+    cdir = root / "branches" / "k00010" / f"c{c:05d}"
+    cdir.mkdir(parents=True)
+    (cdir / "orders.json").write_text(json.dumps({"batch_domains": DOMAINS}))
+    return cdir
+
+
 def recency_census(root):
     """Three chunks of L = 4 whose batches hold 0, 1, 2, 3 c4 sequences: recency_last (0, 1, 2, 3) is
     worse than every random order right after the chunk and better after the persist chunks."""
-    domains = [["web"] * 3, ["c4"] + ["web"] * 2, ["c4"] * 2 + ["web"], ["c4"] * 3]
-    randoms = [[1, 0, 2, 3], [3, 2, 0, 1], [2, 3, 1, 0], [0, 3, 2, 1], [1, 3, 0, 2]]
     for c, eps in zip((10, 11, 12), (0.0, 0.001, -0.001), strict=True):
-        cdir = root / "branches" / "k00010" / f"c{c:05d}"
-        cdir.mkdir(parents=True)
-        (cdir / "orders.json").write_text(json.dumps({"batch_domains": domains}))
-        for i, order in enumerate(randoms):
+        cdir = chunk_dir(root, c)
+        for i, order in enumerate(RANDOMS):
             _branch(cdir, f"random_{i}", order, 2.0 + 0.01 * i + eps, 1.5 + 0.01 * i + eps)
         _branch(cdir, "recency_last", [0, 1, 2, 3], 2.1, 1.4)
         _branch(cdir, "recency_first", [3, 2, 1, 0], 1.9, 1.6)
@@ -83,7 +91,7 @@ def test_recency_control_reads_each_horizon_and_finds_it_only_where_the_effect_i
 def test_domain_position_exact_small_cases():
     from d3ray.census.stats import domain_position
 
-    domains = [["web"] * 3, ["c4"] + ["web"] * 2, ["c4"] * 2 + ["web"], ["c4"] * 3]  # c4 counts 0, 1, 2, 3
+    domains = DOMAINS  # c4 counts 0, 1, 2, 3
     assert domain_position([0, 1, 2, 3], domains, "c4") == pytest.approx(20 / 6)
     assert domain_position([3, 2, 1, 0], domains, "c4") == pytest.approx(10 / 6)
     assert domain_position([1, 0, 3, 2], domains, "c4") == pytest.approx((1 * 1 + 3 * 3 + 2 * 4) / 6)
@@ -92,22 +100,19 @@ def test_domain_position_exact_small_cases():
 
 def test_recency_position_effect_uses_every_order_and_reads_its_sign(tmp_path):
     """Losses that fall as c4 is trained later (plus order noise) are resolved as 'late is better' over all the
-    orders of each chunk, while the two control orders alone stay inside the random spread; reversed losses
-    read 'early'."""
+    orders of each chunk; reversed losses read 'early'."""
     import itertools
 
     import numpy as np
 
     from d3ray.census.stats import domain_position
 
-    domains = [["web"] * 3, ["c4"] + ["web"] * 2, ["c4"] * 2 + ["web"], ["c4"] * 3]
+    domains = DOMAINS
     rng = np.random.default_rng(0)
     orders = [list(p) for p in itertools.permutations(range(4))]
     for sign, root in ((1, tmp_path / "late"), (-1, tmp_path / "early")):
         for c in (10, 11, 12, 13):
-            cdir = root / "branches" / "k00010" / f"c{c:05d}"
-            cdir.mkdir(parents=True)
-            (cdir / "orders.json").write_text(json.dumps({"batch_domains": domains}))
+            cdir = chunk_dir(root, c)
             for i, order in enumerate([orders[j] for j in rng.choice(len(orders), 9, replace=False)]):
                 loss = 2.0 - sign * 0.01 * domain_position(order, domains, "c4") + 0.01 * rng.standard_normal()
                 _branch(cdir, f"random_{i}", order, loss, loss)
@@ -129,13 +134,9 @@ def test_recency_found_without_the_strict_bar_when_the_domain_moves_its_loss_by_
     """recency_last one random-order sd below the random mean in every chunk and recency_first one above:
     the census resolves last < random < first (found) although no chunk reaches |z| 2 (not strict), and the
     report says both."""
-    domains = [["web"] * 3, ["c4"] + ["web"] * 2, ["c4"] * 2 + ["web"], ["c4"] * 3]
-    randoms = [[1, 0, 2, 3], [3, 2, 0, 1], [2, 3, 1, 0], [0, 3, 2, 1], [1, 3, 0, 2]]
     for c, eps in zip((10, 11, 12), (0.0, 0.002, -0.003), strict=True):
-        cdir = tmp_path / "branches" / "k00010" / f"c{c:05d}"
-        cdir.mkdir(parents=True)
-        (cdir / "orders.json").write_text(json.dumps({"batch_domains": domains}))
-        for i, order in enumerate(randoms):  # mean 2.02, sd 0.0158
+        cdir = chunk_dir(tmp_path, c)
+        for i, order in enumerate(RANDOMS):  # mean 2.02, sd 0.0158
             _branch(cdir, f"random_{i}", order, 2.0 + 0.01 * i + eps, 2.0)
         _branch(cdir, "recency_last", [0, 1, 2, 3], 2.005 + eps + 0.001 * (c - 11), 2.0)
         _branch(cdir, "recency_first", [3, 2, 1, 0], 2.035 + eps - 0.001 * (c - 11), 2.0)
