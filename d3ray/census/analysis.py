@@ -198,8 +198,8 @@ def recency_control(entries: dict[tuple[int, int], dict[str, Any]], domain: str 
                                "random_sd": float(np.nanstd(random, ddof=1))}
         trained = [r for r in entry["branches"].values() if "order" in r and math.isfinite(loss(r))]
         where = [domain_position(r["order"], domains, name) for r in trained]
-        row["position"] = {"n": len(trained), "spearman": spearman(where, [loss(r) for r in trained]),
-                           "pearson": pearson(where, [loss(r) for r in trained])}
+        losses = [loss(r) for r in trained]
+        row["position"] = {"n": len(trained), "spearman": spearman(where, losses), "pearson": pearson(where, losses)}
         for order in ("recency_last", "recency_first", "d3"):
             if order in entry["branches"]:
                 v = loss(entry["branches"][order])
@@ -216,18 +216,20 @@ def recency_control(entries: dict[tuple[int, int], dict[str, Any]], domain: str 
     out["found"] = bool(last and first and math.isfinite(last["ci_high"]) and last["ci_high"] < 0
                         and math.isfinite(first["ci_low"]) and first["ci_low"] > 0)
     out["strict"] = bool(out["found"] and last["mean_z"] <= -2)
-    out["position"] = position_summary([r["position"] for r in chunks.values()])
+    # where every trained order put the domain against its loss: "late" better is the recency answer
+    out["position"] = position_summary([r["position"] for r in chunks.values()], ("spearman", "pearson"))
     return out
 
 
-def position_summary(per_chunk: list[dict[str, Any]]) -> dict[str, Any]:
-    """Across chunks, the correlation between where an order trains the control domain
-    (:func:`~d3ray.census.stats.domain_position`) and that domain's held-out loss, over every trained order
-    of a chunk: mean Spearman and Pearson with 95% t-intervals; ``resolved`` when the Spearman interval
-    excludes 0 (the census sees the domain's place move its loss), ``better`` = ``"late"`` when training it
-    late lowers its loss (the recency answer), ``"early"`` when early does."""
+def position_summary(per_chunk: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, Any]:
+    """Across chunks, a position effect read per chunk (a Spearman correlation between where something is
+    trained, 1..L, and the held-out loss, and the other ``keys``): each key's mean with its 95% t-interval;
+    ``resolved`` when the Spearman interval excludes 0 (the census sees the position move the loss);
+    ``better`` = ``"late"`` when later lowers the loss (mean Spearman < 0), ``"early"`` when earlier does.
+    The planted batch's position (:func:`planted_control`) and the recency domain's
+    (:func:`~d3ray.census.stats.domain_position`, :func:`recency_control`) are both read this way."""
     out: dict[str, Any] = {}
-    for key in ("spearman", "pearson"):
+    for key in keys:
         values = [r[key] for r in per_chunk]
         mean, lo, hi = t_interval(values)
         out[key] = {"mean": mean, "ci_low": lo, "ci_high": hi, "n": int(np.isfinite(values).sum()) if values else 0}
@@ -279,15 +281,8 @@ def planted_control(entries: dict[tuple[int, int], dict[str, Any]], L: int) -> d
             if name in row:
                 row[name]["better_side"] = None if row["better"] is None else row[name]["side"] == row["better"]
         chunks[f"{K}/{c}"] = row
-    out: dict[str, Any] = {"chunks": chunks, "L": L, "n": len(chunks)}
-    for key in ("spearman", "pearson", "late_minus_early"):
-        mean, lo, hi = t_interval([r[key] for r in chunks.values()])
-        out[key] = {"mean": mean, "ci_low": lo, "ci_high": hi,
-                    "n": int(np.isfinite([r[key] for r in chunks.values()]).sum()) if chunks else 0}
-    rho = out["spearman"]
-    out["found"] = bool(math.isfinite(rho["ci_low"]) and (rho["ci_low"] > 0 or rho["ci_high"] < 0))
-    out["better"] = None if not math.isfinite(rho["mean"]) or rho["mean"] == 0 else (
-        "early" if rho["mean"] > 0 else "late")
+    effect = position_summary(list(chunks.values()), ("spearman", "pearson", "late_minus_early"))
+    out: dict[str, Any] = {"chunks": chunks, "L": L, "n": len(chunks), "found": effect.pop("resolved"), **effect}
     for name in ("d3", "d3_reverse", "lookahead"):
         per_chunk = [r[name]["better_side"] for r in chunks.values() if name in r and r[name]["better_side"] is not None]
         sides = [r[name]["side"] for r in chunks.values() if name in r]

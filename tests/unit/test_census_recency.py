@@ -87,15 +87,13 @@ def test_recency_control_reads_each_horizon_and_finds_it_only_where_the_effect_i
     assert "is 0.72 for the first batch of the chunk and 0.61 for the last" in text
 
 
-
 def test_domain_position_exact_small_cases():
     from d3ray.census.stats import domain_position
 
-    domains = DOMAINS  # c4 counts 0, 1, 2, 3
-    assert domain_position([0, 1, 2, 3], domains, "c4") == pytest.approx(20 / 6)
-    assert domain_position([3, 2, 1, 0], domains, "c4") == pytest.approx(10 / 6)
-    assert domain_position([1, 0, 3, 2], domains, "c4") == pytest.approx((1 * 1 + 3 * 3 + 2 * 4) / 6)
-    assert math.isnan(domain_position([0, 1, 2, 3], domains, "book"))  # a domain the chunk does not hold
+    assert domain_position([0, 1, 2, 3], DOMAINS, "c4") == pytest.approx(20 / 6)  # c4 counts 0, 1, 2, 3
+    assert domain_position([3, 2, 1, 0], DOMAINS, "c4") == pytest.approx(10 / 6)
+    assert domain_position([1, 0, 3, 2], DOMAINS, "c4") == pytest.approx((1 * 1 + 3 * 3 + 2 * 4) / 6)
+    assert math.isnan(domain_position([0, 1, 2, 3], DOMAINS, "book"))  # a domain the chunk does not hold
 
 
 def test_recency_position_effect_uses_every_order_and_reads_its_sign(tmp_path):
@@ -107,17 +105,16 @@ def test_recency_position_effect_uses_every_order_and_reads_its_sign(tmp_path):
 
     from d3ray.census.stats import domain_position
 
-    domains = DOMAINS
     rng = np.random.default_rng(0)
     orders = [list(p) for p in itertools.permutations(range(4))]
     for sign, root in ((1, tmp_path / "late"), (-1, tmp_path / "early")):
         for c in (10, 11, 12, 13):
             cdir = chunk_dir(root, c)
             for i, order in enumerate([orders[j] for j in rng.choice(len(orders), 9, replace=False)]):
-                loss = 2.0 - sign * 0.01 * domain_position(order, domains, "c4") + 0.01 * rng.standard_normal()
+                loss = 2.0 - sign * 0.01 * domain_position(order, DOMAINS, "c4") + 0.01 * rng.standard_normal()
                 _branch(cdir, f"random_{i}", order, loss, loss)
             for name, order in (("recency_last", [0, 1, 2, 3]), ("recency_first", [3, 2, 1, 0])):
-                loss = 2.0 - sign * 0.01 * domain_position(order, domains, "c4") + 0.01 * rng.standard_normal()
+                loss = 2.0 - sign * 0.01 * domain_position(order, DOMAINS, "c4") + 0.01 * rng.standard_normal()
                 _branch(cdir, name, order, loss, loss)
         position = recency_control(collect(root), "c4")["position"]
         assert position["resolved"] and position["spearman"]["n"] == 4
