@@ -11,6 +11,7 @@
     d3ray eval MODEL_OR_CHECKPOINT --tasks KIND=FILE[,KIND=FILE...] --out results.json
     d3ray bench {solver,influence,pipeline} --out FILE.json
     d3ray plot schedule RUN_DIR
+    d3ray doctor
 
 Each stage package owns its sub-commands in a ``command.py`` whose ``register(subparsers)``
 adds a parser with ``func=handler``; handlers import heavy modules (torch, ray) lazily so that
@@ -43,6 +44,7 @@ COMMAND_MODULES = (
     "d3ray.eval.command",
     "d3ray.bench.command",
     "d3ray.plot.command",
+    "d3ray.doctor",
 )
 
 

@@ -32,7 +32,7 @@ PACKAGE = "d3ray"
 # ``d3ray`` only by its exact name). Each stage's ``command.py`` is command-line wiring and sits at the top.
 COMMANDS = ["d3ray.bench.command", "d3ray.census.command", "d3ray.compare.command", "d3ray.data.command",
             "d3ray.eval.command", "d3ray.export.command", "d3ray.plot.command", "d3ray.schedule.command",
-            "d3ray.solver.command", "d3ray.train.command", "d3ray.tune.command"]
+            "d3ray.solver.command", "d3ray.train.command", "d3ray.tune.command", "d3ray.doctor"]
 LAYERS: list[tuple[str, list[str]]] = [
     # errors, the config loader and the registry every stage's config uses, run-directory files, fault drills,
     # Ray object references (the ObjectRef test, the result by a deadline or the fallback)
