@@ -9,8 +9,8 @@
 # where nvidia-smi answers. D3RAY_TORCH_INDEX (a wheel index URL) overrides where torch comes from;
 # a torch you installed yourself is kept. uv installs when it is on the PATH or in this Python, or
 # when `pip install uv` gets it; else pip installs the same pinned, hashed files (it never
-# backtracks). PYTHON picks the interpreter (default python3). `d3ray doctor` then tells what
-# this environment can run.
+# backtracks); D3RAY_INSTALLER=pip forces pip. PYTHON picks the interpreter (default python3).
+# `d3ray doctor` then tells what this environment can run.
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON=${PYTHON:-python3}
@@ -37,7 +37,9 @@ run() {
 python_exe=$("$PYTHON" -c "import sys; print(sys.executable)")
 
 # the installer: uv (PATH, or this Python's module, or pip-installed now), else pip on the same files
-if command -v uv >/dev/null 2>&1; then
+if [ "${D3RAY_INSTALLER:-}" = pip ]; then
+  installer=("$PYTHON" -m pip install --quiet)
+elif command -v uv >/dev/null 2>&1; then
   installer=(uv pip install --python "$python_exe" --quiet)
 elif "$PYTHON" -m uv --version >/dev/null 2>&1 || "$PYTHON" -m pip install --quiet uv >>"$log" 2>&1; then
   installer=("$PYTHON" -m uv pip install --python "$python_exe" --quiet)

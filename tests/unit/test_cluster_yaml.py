@@ -1,8 +1,8 @@
 """cluster.yaml (AWS) and cluster-gcp.yaml pass Ray's own launcher schema offline, and keep d3ray's
 invariants: a head with no CPUs, GPU workers, CPU workers with the solver custom resource, every
-setup/start command list spelled out (no provider default merged in), Ray pinned to the installed
-2.60 on every node, d3ray installed from the repository with its cloud extra, torch pinned to the CUDA
-build the GPU image's driver runs, the AWS node configs valid ``RunInstances`` arguments (botocore's own
+setup/start command list spelled out (no provider default merged in), every node installing the lock
+(requirements/node.txt: the installed Ray 2.60 and the cloud extra) and d3ray from the repository,
+torch pinned to the lock's version in the CUDA build the GPU image's driver runs, the AWS node configs valid ``RunInstances`` arguments (botocore's own
 EC2 model, offline) with instance profiles for S3, GCP GPU nodes with a ``scheduling`` mapping, and a
 comment on every field.
 
@@ -19,6 +19,7 @@ import ray
 import yaml
 
 from tests.conftest import REPO
+from tests.lockfile import exported_pins, locked_versions
 
 FILES = ["cluster.yaml", "cluster-gcp.yaml"]
 COMMAND_LISTS = (
@@ -78,16 +79,19 @@ def test_cluster_yaml_commands_explicit_and_no_provider_default_merged(name):
 
 
 @pytest.mark.parametrize("name", FILES)
-def test_cluster_yaml_pins_installed_ray_and_installs_d3ray_everywhere(name):
+def test_cluster_yaml_installs_the_lock_and_d3ray_everywhere(name):
     _, raw = load(name)
     setup = " ".join(raw["setup_commands"])  # setup_commands run on every node, head and workers
-    pins = re.findall(r'"ray\[[\w,]+\]==([\d.]+)"', setup)
-    assert pins == [ray.__version__], "the cluster runs the Ray this project is tested with"
-    assert {"default", "train", "tune", "data"} <= set(
-        re.search(r'"ray\[([\w,]+)\]', setup).group(1).split(",")
-    )
+    assert re.search(r'pip install .*-r "\$HOME/d3ray/requirements/node.txt"', setup), "the lock, exported"
+    assert re.search(r'pip install .*--no-deps -e "\$HOME/d3ray"', setup), "d3ray itself, nothing re-resolved"
+    assert re.findall(r'"([\w\[\],.-]+)==', setup) == ["torch"], "no second, hand-kept pin list"
+    node = exported_pins("node.txt")
+    assert node["ray"] == ray.__version__, "the cluster runs the Ray this project is tested with"
+    # ray[default] (dashboard, job submission), the cloud extra (s3:// gs:// data), DeepSpeed, at the lock's pins
+    for package in ("aiohttp", "opencensus", "s3fs", "gcsfs", "deepspeed", "transformers"):
+        assert node[package] == locked_versions()[package]
+    assert "torch" not in node and not any(p.startswith("nvidia-") for p in node), "torch comes from the CUDA 12.8 index"
     assert raw["file_mounts"]["~/d3ray"] == "."
-    assert re.search(r'pip install .*-e "\$HOME/d3ray\[cloud\]"', setup), "d3ray with s3fs/gcsfs for s3:// gs:// data"
     assert "ray start --head" in " ".join(raw["head_start_ray_commands"])
     assert "--address=$RAY_HEAD_IP:6379" in " ".join(raw["worker_start_ray_commands"])
 
@@ -118,7 +122,7 @@ def test_cluster_yaml_torch_cuda_build_pinned_before_everything_else(name):
     pinned = [(i, CUDA_INDEX.search(c)) for i, c in enumerate(setup) if CUDA_INDEX.search(c)]
     assert len(pinned) == 1, "one torch install, from PyTorch's CUDA index"
     index, match = pinned[0]
-    assert match.group(1) == torch.__version__.split("+")[0], "the torch this project is tested with"
+    assert match.group(1) == torch.__version__.split("+")[0] == locked_versions()["torch"], "the lock's torch"
     assert match.group(2) == "128", "CUDA 12.8: driver >= 570, what the GPU images ship"
     later = [c for c in setup[index + 1:] if "pip install" in c]
     assert later and all("torch" not in c for c in later), "nothing after it installs another torch"

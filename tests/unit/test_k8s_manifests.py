@@ -4,7 +4,8 @@ cluster is the RayCluster's spec; every pod runs the project's image with a memo
 and the shared volume where the run writes; GPU pods ask for whole GPUs in requests and limits and tell
 Ray the same; the RayJob's entrypoint is the documented ``python jobs/pretrain.py`` command, loaded by
 d3ray's own config loader, and fits the GPUs and CPUs its cluster starts with (d3ray's preflight rule);
-the image pins the Ray and the torch CUDA build the launcher clusters (cluster.yaml) install.
+the image installs the lock (requirements/node.txt) on the lock's Ray, with the lock's torch in the CUDA
+build the launcher clusters (cluster.yaml) install.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
 from d3ray.train.preflight import cluster_problems
 from tests.conftest import REPO
+from tests.lockfile import locked_versions
 
 IMAGE = "registry.example.com/d3ray:0.1.0"
 UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
@@ -62,7 +64,7 @@ def test_k8s_manifests_parse_with_kuberay_kinds_and_rayjob_cluster_is_the_rayclu
     assert cluster["RayCluster"]["apiVersion"] == job["RayJob"]["apiVersion"] == "ray.io/v1"
     assert job["RayJob"]["spec"]["rayClusterSpec"] == cluster_spec(), "one cluster spec, in two files"
     assert cluster["PersistentVolumeClaim"] == job["PersistentVolumeClaim"]
-    assert cluster_spec()["rayVersion"] == ray.__version__
+    assert cluster_spec()["rayVersion"] == ray.__version__ == locked_versions()["ray"]
     assert cluster_spec()["authOptions"] == {"mode": "token"}
 
 
@@ -114,16 +116,18 @@ def test_k8s_rayjob_entrypoint_loads_and_fits_the_cluster_it_starts():
         assert shared in PurePosixPath(path).parents, f"{path} is on the shared volume"
 
 
-def test_k8s_dockerfile_pins_match_cluster_yaml_and_manifests():
+def test_k8s_dockerfile_installs_the_lock_like_cluster_yaml():
     text = (REPO / "Dockerfile").read_text()
     base = re.search(r"^FROM rayproject/ray:([\d.]+)-py311-cu(\d+)$", text, flags=re.M)
-    assert base and base.group(1) == ray.__version__
+    assert base and base.group(1) == ray.__version__ == locked_versions()["ray"]
     setup = " ".join(yaml.safe_load((REPO / "cluster.yaml").read_text())["setup_commands"])
-    for pin in re.findall(r'"(?:torch|deepspeed|ray\[[\w,]+\])==[\d.]+"', setup):
-        assert pin in text, f"the image installs {pin} as cluster.yaml does"
+    torch_pins = re.findall(r'"torch==([\d.]+)"', text)
+    assert torch_pins == [locked_versions()["torch"]] == re.findall(r'"torch==([\d.]+)"', setup)
+    assert re.findall(r'"([\w\[\],.-]+)==', text) == ["torch"], "no second, hand-kept pin list"
+    assert "COPY --chown=ray:users requirements/node.txt" in text and "pip install --no-cache-dir -r /tmp/node.txt" in text
     torch_index = re.search(r"download.pytorch.org/whl/cu(\d+)", text).group(1)
     assert torch_index == base.group(2) == re.search(r"whl/cu(\d+)", setup).group(1), "one CUDA 12.8 everywhere"
-    assert 'pip install --no-cache-dir ".[cloud]"' in text
+    assert "pip install --no-cache-dir --no-deps ." in text
     assert "WORKDIR /home/ray/d3ray" in text and "COPY --chown=ray:users jobs ./jobs" in text
 
 
