@@ -8,8 +8,9 @@
 # folders, else PyTorch's CPU index); requirements/gpu.txt (torch 2.13.0 with its CUDA libraries)
 # where nvidia-smi answers. D3RAY_TORCH_INDEX (a wheel index URL) overrides where torch comes from;
 # a torch you installed yourself is kept. uv installs when it is on the PATH or in this Python, or
-# when `pip install uv` gets it; else pip installs the same pinned, hashed files (it never
-# backtracks); D3RAY_INSTALLER=pip forces pip. PYTHON picks the interpreter (default python3).
+# when `pip install uv` gets it; else pip installs the same pins (every one exact, so it never
+# backtracks; without the hashes, which pip's hash mode cannot take with extras); D3RAY_INSTALLER=pip
+# forces pip. PYTHON picks the interpreter (default python3).
 # `d3ray doctor` then tells what this environment can run.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -37,15 +38,16 @@ run() {
 python_exe=$("$PYTHON" -c "import sys; print(sys.executable)")
 
 # the installer: uv (PATH, or this Python's module, or pip-installed now), else pip on the same files
+tool=uv
 if [ "${D3RAY_INSTALLER:-}" = pip ]; then
-  installer=("$PYTHON" -m pip install --quiet)
+  tool=pip; installer=("$PYTHON" -m pip install --quiet)
 elif command -v uv >/dev/null 2>&1; then
   installer=(uv pip install --python "$python_exe" --quiet)
 elif "$PYTHON" -m uv --version >/dev/null 2>&1 || "$PYTHON" -m pip install --quiet uv >>"$log" 2>&1; then
   installer=("$PYTHON" -m uv pip install --python "$python_exe" --quiet)
 else
-  echo "setup.sh: uv is not installable here; installing the same pinned files with pip"
-  installer=("$PYTHON" -m pip install --quiet)
+  echo "setup.sh: uv is not installable here; installing the same pins with pip"
+  tool=pip; installer=("$PYTHON" -m pip install --quiet)
 fi
 
 start=$SECONDS
@@ -68,10 +70,20 @@ if ! "$PYTHON" -c "import torch" >/dev/null 2>&1; then
     fi
   fi
 fi
-run "installing ${requirements[*]} with ${installer[0]##*/} (check that the package registry is reachable)" \
+label="${requirements[*]}"
+if [ "$tool" = pip ]; then
+  # pip's hash-checking mode refuses a pinned package that another one asks for with an extra
+  # (typepy[datetime]); pip gets the same pins without their hashes, every one exact, so it never backtracks
+  pinned=$(mktemp -t d3ray-pins.XXXXXX.txt)
+  for ((i = 1; i < ${#requirements[@]}; i += 2)); do
+    sed -e '/^[[:space:]]*--hash=/d' -e 's/[[:space:]]*\\$//' "${requirements[i]}" >>"$pinned"
+  done
+  requirements=(-r "$pinned")
+fi
+run "installing $label with $tool (check that the package registry is reachable)" \
   "${installer[@]}" "${requirements[@]}"
 run "installing d3ray itself" "${installer[@]}" --no-deps -e .
-echo "setup.sh: installed from the lock (${requirements[*]}) in $((SECONDS - start)) s"
+echo "setup.sh: installed from the lock ($label, with $tool) in $((SECONDS - start)) s"
 
 # DeepSpeed JIT-builds its CPU shared-memory collective op on first use (~2 min on 2 cores, once per
 # machine: torch's extension cache is kept across environments); build it now, so that the first
