@@ -39,6 +39,33 @@ def display_path(path: str | Path) -> str:
         return resolved.as_posix()
 
 
+def new_directories(path: Path) -> list[Path]:
+    """``path`` and those of its parents that do not exist yet, deepest first: what ``path.mkdir(parents=True)``
+    will create, so that a rejected run removes exactly what it made (:func:`remove_new_run_dir`)."""
+    made = []
+    for p in [path, *path.parents]:
+        if p.exists():
+            break
+        made.append(p)
+    return made
+
+
+def remove_new_run_dir(made: list[Path]) -> bool:
+    """Remove a run directory this process created (``made``, from :func:`new_directories`) when the run
+    stopped before its first step: no ``metrics.csv``, no checkpoint. The parents it created go too if they
+    are empty. A directory that existed before, and anything in one, is never touched. Returns whether it did."""
+    if not made or not made[0].is_dir():
+        return False
+    run_dir = made[0]
+    if (run_dir / "metrics.csv").exists() or any(run_dir.glob("checkpoint_*")):
+        return False
+    shutil.rmtree(run_dir)
+    for parent in made[1:]:
+        with contextlib.suppress(OSError):  # not empty: another run's folder appeared in it meanwhile
+            parent.rmdir()
+    return True
+
+
 def is_finished(run_dir: str | Path) -> bool:
     """A run is finished once its ``final_metrics.json`` exists (``run_pretrain`` writes it last)."""
     return (Path(run_dir) / FINAL_METRICS).is_file()

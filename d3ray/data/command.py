@@ -43,8 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     insp.add_argument("--layout", choices=LAYOUTS, default="auto", help="corpus layout (default auto)")
     insp.add_argument(
         "--domains",
-        default=",".join(DEFAULT_DOMAINS),
-        help="comma-separated known domains, or 'any' (default: the 7 SlimPajama sets)",
+        default=None,
+        help="comma-separated known domains, or 'any' (default: as a run finds them: the 7 SlimPajama sets, or "
+             "with --layout auto on records without the domain field, one per path or subfolder)",
     )
     insp.add_argument("--text-key", default=DEFAULT_TEXT_KEY, help="the text field, dotted if nested (data.text_key)")
     insp.add_argument("--domain-key", default=DEFAULT_DOMAIN_KEY,
@@ -83,10 +84,28 @@ def _sft_sample(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    import sys
+
     from d3ray.data.report import inspect
 
-    domains = None if args.domains == "any" else [d for d in args.domains.split(",") if d]
-    report = inspect(args.paths, tokenizer_dir=args.tokenizer, layout=args.layout, domains=domains,
-                     text_key=args.text_key, domain_key=args.domain_key)
+    if args.domains == "any":
+        report = inspect(args.paths, tokenizer_dir=args.tokenizer, layout=args.layout, domains=None,
+                         text_key=args.text_key, domain_key=args.domain_key)
+    else:  # the domains as a run finds them
+        from d3ray.data.config import DataConfig
+        from d3ray.data.corpus import resolve_listing
+
+        domains = DEFAULT_DOMAINS if args.domains is None else [d for d in args.domains.split(",") if d]
+        try:
+            data = DataConfig(train_paths=list(args.paths), layout=args.layout, domains=list(domains),
+                              text_key=args.text_key, domain_key=args.domain_key)
+        except ValueError as err:
+            from d3ray.errors import UserError
+
+            raise UserError(str(err)) from None
+        data, shards, line = resolve_listing(data, "data inspect")
+        print(line, file=sys.stderr)
+        report = inspect(args.paths, tokenizer_dir=args.tokenizer, layout=data.layout, domains=data.domains,
+                         text_key=args.text_key, domain_key=args.domain_key, shards=shards)
     print(report.to_json() if args.json else report.format_table())
     return 0

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-LAYOUTS = ("auto", "slimpajama", "redpajama_1t", "folder", "file")
+LAYOUTS = ("auto", "slimpajama", "redpajama_1t", "folder", "file", "path")
 #: Layouts whose domains the shard listing names (no record is read to know them): ``domains: []`` works.
-LISTING_LAYOUTS = ("redpajama_1t", "folder", "file")
+LISTING_LAYOUTS = ("redpajama_1t", "folder", "file", "path")
 DEFAULT_TEXT_KEY = "text"
 DEFAULT_DOMAIN_KEY = "meta.redpajama_set_name"
 DEFAULT_MAX_RECORD_BYTES = 64 * 1024 * 1024
@@ -106,8 +106,12 @@ class DataConfig:
     """Where a record's domain comes from: ``slimpajama`` (the record's ``domain_key`` field),
     ``auto`` (that field when a record has it, else the folder name mapped as ``redpajama_1t`` maps it),
     ``redpajama_1t`` (the shard's folder name, RedPajama-1T names mapped onto SlimPajama's:
-    ``c4-rp`` → ``RedPajamaC4``), ``folder`` (the folder name as it is: one folder = one domain) or
-    ``file`` (the file name without its suffix: one file = one domain)."""
+    ``c4-rp`` → ``RedPajamaC4``), ``folder`` (the folder name as it is: one folder = one domain),
+    ``file`` (the file name without its suffix: one file = one domain) or ``path`` (each of
+    ``train_paths`` is a domain named after its folder, made unique, or each of its subfolders when its
+    files sit in two or more; validation paths pair with them by name, else by order). A run whose
+    records carry no ``domain_key`` and whose ``domains`` are left at their default takes ``path``
+    (see :func:`d3ray.data.corpus.resolve_corpus`)."""
     text_key: str = DEFAULT_TEXT_KEY
     """The record field (JSON key or parquet/arrow column) holding the text; dotted for a nested one
     (``body.text``)."""
@@ -118,12 +122,15 @@ class DataConfig:
     """T: tokens per packed training sequence."""
     domains: list[str] = field(default_factory=lambda: list(DEFAULT_DOMAINS))
     """Known domain labels; a record of any other domain is a bad record (``unknown_domain``). ``[]``:
-    every domain the corpus' folders or files name (layouts ``folder``, ``file``, ``redpajama_1t``),
-    in listing order, resolved and logged before the run starts."""
+    every domain the corpus' folders, files or paths name (layouts ``folder``, ``file``, ``redpajama_1t``,
+    ``path``), in listing order, resolved and logged before the run starts. Left at this default on a
+    corpus whose records have no ``domain_key`` (and whose folders are no RedPajama names): the domains
+    come from the data paths (layout ``path``)."""
     max_bad_fraction: float = 0.01
     """Stop with an error once more than this fraction of the records read are bad."""
     min_records_before_check: int = 1000
-    """The bad fraction is enforced only after this many records (and always at the end)."""
+    """The bad fraction is checked on the corpus' first this many records before the run starts (on all of
+    them, if it has fewer), while the run reads once it has read this many, and at the run's end."""
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     """A line longer than this is a bad record (``oversized_record``), so no line is held whole."""
     tokenize_actors: int = 1

@@ -19,17 +19,18 @@ from d3ray.data.config import DataConfig
 from d3ray.data.ledger import BadRecordLedger
 from d3ray.data.packing import SequencePacker, TokenizedDocument
 from d3ray.data.records import Document, iter_documents
-from d3ray.data.shards import list_shards
+from d3ray.data.shards import Shard, list_shards
 from d3ray.data.tokenizer import encode_texts, load_backend_tokenizer
 
 logger = logging.getLogger(__name__)
 
 
 def _document_batches(
-    paths: Sequence[str], cfg: DataConfig, ledger: BadRecordLedger
+    paths: Sequence[str | Shard], cfg: DataConfig, ledger: BadRecordLedger
 ) -> Iterator[list[Document]]:
     batch: list[Document] = []
-    for shard in list_shards(paths):
+    shards = [p for p in paths if isinstance(p, Shard)] or list_shards([str(p) for p in paths])
+    for shard in shards:
         for doc in iter_documents(shard, cfg.layout, cfg.domains, cfg.max_record_bytes, text_key=cfg.text_key,
                                   domain_key=cfg.domain_key):
             ledger.record(doc)
@@ -43,7 +44,7 @@ def _document_batches(
 
 
 def load_eval_sequences(
-    paths: str | Sequence[str],
+    paths: str | Sequence[str] | Sequence[Shard],
     cfg: DataConfig,
     tokenizer_dir: str | Path,
     max_sequences_per_domain: int,
@@ -52,7 +53,8 @@ def load_eval_sequences(
     """Held-out sequences per domain, packed exactly as training data is.
 
     Args:
-        paths: held-out shards (folders, globs, URIs).
+        paths: held-out shards (folders, globs, URIs), or the listed shards themselves (as
+            :func:`d3ray.data.corpus.prepare_corpus` resolves them: their domains in layout ``path``).
         cfg: the data config (seq_len, layout, domains).
         tokenizer_dir: the run's tokenizer.
         max_sequences_per_domain: keep at most this many (the first ones) per domain.
@@ -82,7 +84,8 @@ def load_eval_sequences(
     ledger.check(cfg.max_bad_fraction)
     empty = [d for d, v in kept.items() if not v]
     if empty:
-        logger.warning("no full %d-token evaluation sequence for domains %s in %s", cfg.seq_len, empty, paths)
+        logger.warning("no full %d-token evaluation sequence for domains %s in %s", cfg.seq_len, empty,
+                       [p.name if isinstance(p, Shard) else p for p in paths][:8])
     out = {d: np.stack(v) for d, v in kept.items() if v}
     logger.info("evaluation sequences per domain: %s", {d: len(v) for d, v in out.items()})
     return out

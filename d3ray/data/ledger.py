@@ -104,14 +104,16 @@ class BadRecordLedger:
         ]
         return f"{shard}: {n_bad} bad of {n_bad + self.good[shard]} records: " + ", ".join(parts)
 
-    def check(self, max_bad_fraction: float) -> None:
-        """Raise :class:`BadRecordFractionError` if the bad fraction exceeds ``max_bad_fraction``."""
+    def check(self, max_bad_fraction: float, field: str = "data.max_bad_fraction") -> None:
+        """Raise :class:`BadRecordFractionError` if the bad fraction exceeds ``max_bad_fraction`` (the config
+        ``field`` that sets it, named in the message)."""
         if self.bad_fraction > max_bad_fraction:
             worst = self.worst_shard()
             raise BadRecordFractionError(
                 f"{self.total_bad} of {self.total} records are bad ({self.bad_fraction:.2%} > "
                 f"max_bad_fraction {max_bad_fraction:.2%}); by reason {self.bad_by_reason()}; "
-                f"worst file {self.describe_shard(worst) if worst else '-'}"
+                f"worst file {self.describe_shard(worst) if worst else '-'}; fix or remove those records, or "
+                f"allow more with --{field}"
             )
 
     def log_summary(self) -> None:
@@ -154,3 +156,16 @@ class BadRecordLedger:
             kept = self.first_lines[(shard, reason)]
             kept[:] = sorted(set(kept) | set(lines))[: self.keep_lines]
 
+
+
+def check_ledger(counts: dict[str, Any], max_bad_fraction: float, field: str = "data.max_bad_fraction") -> None:
+    """:meth:`BadRecordLedger.check` on a ledger's ``to_dict`` (a run's report): what the run read, at its end.
+
+    Raises:
+        BadRecordFractionError: over the limit; the message says it counts every record the run read.
+    """
+    ledger = BadRecordLedger.from_dict(counts, log_first=0)
+    try:
+        ledger.check(max_bad_fraction, field)
+    except BadRecordFractionError as err:
+        raise BadRecordFractionError(f"the records the run read: {err}") from None

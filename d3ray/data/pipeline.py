@@ -119,8 +119,9 @@ def read_shard_blocks(
 ) -> Iterator[pa.Table]:
     """Ray Data UDF: stream the shards described in ``batch`` (each from its start position) as
     blocks of document rows (``rows_per_block`` rows, or fewer once their text passes ``block_bytes``)."""
-    for i, (uri, name, folder) in enumerate(zip(batch["uri"], batch["name"], batch["folder"], strict=True)):
-        shard = Shard(uri=str(uri), name=str(name), folder=str(folder))
+    for i, (uri, name, folder, domain) in enumerate(zip(batch["uri"], batch["name"], batch["folder"],
+                                                        batch["domain"], strict=True)):
+        shard = Shard(uri=str(uri), name=str(name), folder=str(folder), domain=str(domain))
         start = ShardPosition(*(int(batch[f"start_{c}"][i]) for c in _POSITION_COLUMNS))
         docs: list[Document] = []
         text_bytes = 0

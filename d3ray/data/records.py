@@ -9,7 +9,7 @@ The readers count every document into a :class:`~d3ray.data.ledger.BadRecordLedg
 
 The text is the record's ``text_key`` field and the domain, by layout, its ``domain_key`` field
 (``slimpajama``; ``auto`` falls back to the folder) or the shard's folder or file name (``redpajama_1t``,
-``folder``, ``file``: :func:`listing_domain`). Keys are dotted for nested fields (``meta.redpajama_set_name``).
+``folder``, ``file``) or data path (``path``): :func:`listing_domain`. Keys are dotted for nested fields (``meta.redpajama_set_name``).
 
 Each document carries its :class:`~d3ray.data.shards.ShardPosition`, so a reader can resume at
 any record. A per-domain reader (``lane=<domain>``) keeps only the records that belong to its
@@ -41,6 +41,7 @@ BAD_REASONS = (
     "undecodable_bytes",  # the line is not UTF-8, or the text holds lone surrogates
     "truncated_zstd",  # the .zst stream ends inside a frame or is corrupt
     "truncated_gzip",  # the .gz stream ends early or is corrupt
+    "truncated_bz2",  # the .bz2 stream ends early or is corrupt
     "corrupt_columnar",  # a parquet/arrow file, row group or record batch pyarrow cannot read
     "unknown_domain",  # no domain, or one not in DataConfig.domains
     "oversized_record",  # the line (text) is longer than DataConfig.max_record_bytes
@@ -76,8 +77,10 @@ class Document:
 
 
 def listing_domain(shard: Shard, layout: str) -> str | None:
-    """The domain the shard's listing names (layouts ``redpajama_1t``, ``folder``, ``file``), or None
-    when each record names its own (``slimpajama``, ``auto``)."""
+    """The domain the shard's listing names (layouts ``redpajama_1t``, ``folder``, ``file``, ``path``), or
+    None when each record names its own (``slimpajama``, ``auto``)."""
+    if layout == "path":  # assigned with the listing (d3ray.data.corpus); else the listed folder's name
+        return shard.domain or shard.name.split("/")[0]
     if layout == "redpajama_1t":
         return canonical_domain(shard.folder)
     if layout == "folder":

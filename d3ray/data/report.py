@@ -8,6 +8,7 @@ it. Tokens are counted with a given tokenizer, or as whitespace-separated words 
 from __future__ import annotations
 
 import json
+import logging
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,7 +18,9 @@ from typing import Any
 from d3ray.data.config import DEFAULT_DOMAIN_KEY, DEFAULT_DOMAINS, DEFAULT_MAX_RECORD_BYTES, DEFAULT_TEXT_KEY
 from d3ray.data.ledger import BadRecordLedger
 from d3ray.data.records import Document, iter_documents
-from d3ray.data.shards import list_shards
+from d3ray.data.shards import Shard, list_corpus
+
+logger = logging.getLogger(__name__)
 
 _ENCODE_BATCH = 256
 
@@ -98,6 +101,7 @@ def inspect(
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     text_key: str = DEFAULT_TEXT_KEY,
     domain_key: str = DEFAULT_DOMAIN_KEY,
+    shards: Sequence[Shard] | None = None,
 ) -> CorpusReport:
     """Count records, tokens and bad records per domain and per shard.
 
@@ -108,6 +112,8 @@ def inspect(
         domains: known domains (others are bad, ``unknown_domain``); ``None`` accepts any label.
         max_record_bytes: longer lines are bad (``oversized_record``).
         text_key, domain_key: the text and domain fields (``data.text_key``, ``data.domain_key``).
+        shards: the shards of ``paths`` as a run resolves them (their domains in layout ``path``); None lists
+            ``paths``, naming the files that are not read in one warning.
     """
     paths = [str(paths)] if isinstance(paths, (str, Path)) else [str(p) for p in paths]
     backend = None
@@ -130,7 +136,12 @@ def inspect(
             report.domains[doc.domain].tokens += n
             report.shards[doc.shard].tokens += n
 
-    for shard in list_shards(paths):
+    if shards is None:
+        listing = list_corpus(paths)
+        if listing.ignored:
+            logger.warning(listing.ignored_line("data inspect"))
+        shards = listing.shards
+    for shard in shards:
         report.shards[shard.name] = Counts()
         pending: list[Document] = []
         for doc in iter_documents(shard, layout, domains, max_record_bytes, text_key=text_key, domain_key=domain_key):

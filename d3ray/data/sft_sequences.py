@@ -176,7 +176,7 @@ def iter_sft_sequences(
         tail = packer.flush()
         stats.sequences += len(tail)
         yield from tail
-    ledger.check(cfg.max_bad_fraction)
+    ledger.check(cfg.max_bad_fraction, "sft.max_bad_fraction")
     if stats.truncated_prompt or stats.skipped_overlong:
         logger.warning("SFT records longer than T=%d: %d prompt-truncated, %d skipped (of %d)",
                        cfg.seq_len, stats.truncated_prompt, stats.skipped_overlong, stats.records)
@@ -197,7 +197,7 @@ def _good_record_batches(cfg: SftDataConfig, ledger: BadRecordLedger,
                 if task is None or record.task == task:
                     batch.append(record)
             if ledger.total >= cfg.min_records_before_check:
-                ledger.check(cfg.max_bad_fraction)
+                ledger.check(cfg.max_bad_fraction, "sft.max_bad_fraction")
             if len(batch) >= cfg.tokenize_batch_size:
                 yield batch
                 batch = []
@@ -242,12 +242,16 @@ def check_sft_sample(cfg: SftDataConfig, field: str = "sft.paths", per_file: int
             ``per_file`` of up to ``max_files`` files: the message names ``sft.format`` / ``sft.columns``
             when the format's fields are missing, else the reasons and the first bad record.
     """
+    from d3ray.data.shards import list_corpus
     from d3ray.errors import DataPathError, UserError
 
     try:
-        shards = list_shards(list(cfg.paths))
+        listing = list_corpus(list(cfg.paths))
     except DataPathError as err:
         raise DataPathError(f"{field}: {err}") from None
+    if listing.ignored:
+        logger.warning(listing.ignored_line(field))
+    shards = listing.shards
     n_used = min(len(shards), max_files)
     picked = [shards[(i * len(shards)) // n_used] for i in range(n_used)]
     reasons: dict[str, int] = {}

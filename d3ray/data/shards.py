@@ -18,6 +18,9 @@ truncated or corrupt stream raises :class:`TruncatedStreamError` after every com
 
 from __future__ import annotations
 
+import bz2
+import itertools
+import json
 import logging
 import posixpath
 import zlib
@@ -33,10 +36,19 @@ from d3ray.errors import DataPathError
 
 logger = logging.getLogger(__name__)
 
-JSONL_SUFFIXES = (".jsonl", ".jsonl.zst", ".jsonl.gz")
+JSONL_SUFFIXES = (".jsonl", ".jsonl.zst", ".jsonl.gz")  # line-delimited JSON, as eval inputs read it
+#: Record files of JSON text: JSON Lines, or (``.json``) a top-level array of records, as ``datasets``' json
+#: loader reads them; each optionally compressed (COMPRESSION_SUFFIXES). Suffixes match in any case.
+JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
+COMPRESSION_SUFFIXES = (".zst", ".zstd", ".gz", ".bz2")
 COLUMNAR_SUFFIXES = (".parquet", ".arrow")
-SHARD_SUFFIXES = (*JSONL_SUFFIXES, *COLUMNAR_SUFFIXES)
+SHARD_SUFFIXES = (*(j + c for j in JSON_SUFFIXES for c in ("", *COMPRESSION_SUFFIXES)), *COLUMNAR_SUFFIXES)
+#: Said in messages: the file kinds read as shards.
+SHARD_KINDS = ".jsonl/.json/.ndjson (plain, .zst, .zstd, .gz or .bz2), .parquet, .arrow"
 HF_DATASET_DICT_FILE = "dataset_dict.json"  # the root of a saved DatasetDict: one folder per split
+HF_STATE_FILE = "state.json"  # beside a saved Dataset's data-*.arrow files (save_to_disk)
+#: A saved Dataset's own description of its files (read by ``datasets``, not records): part of the folder.
+HF_SAVED_METADATA = ("state.json", "dataset_info.json")
 _READ_BYTES = 1 << 20  # compressed bytes per read call
 _ZSTD_MAX_WINDOW = 1 << 31
 
@@ -54,18 +66,35 @@ class Shard:
     uri: str
     name: str
     folder: str
+    domain: str = ""
+    """The domain its listing gives it in layout ``path`` (its data path's, or its subfolder's, name; set by
+    :func:`d3ray.data.corpus.assign_path_domains`); ``""`` in the other layouts."""
 
     @property
     def columnar(self) -> bool:
         """Whether the shard is a parquet or Arrow IPC file (rows, not lines)."""
-        return self.uri.endswith(COLUMNAR_SUFFIXES)
+        return self.uri.lower().endswith(COLUMNAR_SUFFIXES)
+
+    @property
+    def compression(self) -> str:
+        """``zst``, ``gz``, ``bz2`` or ``""`` (plain), by the file's last suffix (``.zstd`` is ``zst``)."""
+        ext = posixpath.splitext(self.uri.lower())[1]
+        return {".zst": "zst", ".zstd": "zst", ".gz": "gz", ".bz2": "bz2"}.get(ext, "")
+
+    @property
+    def maybe_array(self) -> bool:
+        """Whether the file may hold a top-level JSON array rather than JSON Lines (a ``.json`` file)."""
+        base = self.uri.lower()
+        for ext in COMPRESSION_SUFFIXES:
+            base = base.removesuffix(ext)
+        return base.endswith(".json")
 
     @property
     def stem(self) -> str:
         """The file name without its shard suffix (``web.jsonl.zst`` → ``web``): the domain in layout ``file``."""
         base = posixpath.basename(self.uri)
-        for suffix in SHARD_SUFFIXES:
-            if base.endswith(suffix):
+        for suffix in sorted(SHARD_SUFFIXES, key=len, reverse=True):
+            if base.lower().endswith(suffix):
                 return base[: -len(suffix)]
         return base
 
@@ -74,7 +103,28 @@ class Shard:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Shard:
-        return cls(uri=str(data["uri"]), name=str(data["name"]), folder=str(data["folder"]))
+        return cls(uri=str(data["uri"]), name=str(data["name"]), folder=str(data["folder"]),
+                   domain=str(data.get("domain", "")))
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What a list of data paths holds: the shards (in order), each path's own shards, and the files under
+    them that are not read (not a shard kind), by name."""
+
+    shards: list[Shard]
+    groups: list[tuple[str, list[Shard]]]
+    """(path as given, its shards not listed by an earlier path), in the order of the paths."""
+    ignored: list[str]
+    """Files under the paths that are no shard, named as shards are (relative to the listed folder's parent)."""
+
+    def ignored_line(self, field: str) -> str:
+        """One line naming the files not read (count and the first names), or ``""`` when there are none."""
+        if not self.ignored:
+            return ""
+        first = ", ".join(self.ignored[:5]) + (f" and {len(self.ignored) - 5} more" if len(self.ignored) > 5 else "")
+        return (f"{field}: {len(self.ignored)} file(s) not read, not of a kind d3ray reads ({SHARD_KINDS}): {first}; "
+                "convert them, or move them out of the data folder")
 
 
 class TruncatedStreamError(Exception):
@@ -104,13 +154,29 @@ def list_shards(paths: str | Sequence[str]) -> list[Shard]:
         FileNotFoundError: a path matches no shard file.
         ValueError: two different files would get the same shard name.
     """
+    return list_corpus(paths).shards
+
+
+def list_corpus(paths: str | Sequence[str]) -> Listing:
+    """:func:`list_shards`, with each path's shards and the files found that are not shards (see :class:`Listing`).
+
+    Raises:
+        FileNotFoundError: a path matches no shard file.
+        ValueError: two different files would get the same shard name.
+    """
     if isinstance(paths, str):
         paths = [paths]
     shards: list[Shard] = []
+    groups: list[tuple[str, list[Shard]]] = []
+    ignored: list[str] = []
     seen_uris: set[str] = set()
     by_name: dict[str, str] = {}
     for path in paths:
-        for shard in _list_one(path):
+        found, skipped = _list_one(path)
+        ignored += [name for name in skipped if name not in ignored]
+        group: list[Shard] = []
+        groups.append((path, group))
+        for shard in found:
             if shard.uri in seen_uris:
                 continue
             if shard.name in by_name:
@@ -121,10 +187,15 @@ def list_shards(paths: str | Sequence[str]) -> list[Shard]:
             seen_uris.add(shard.uri)
             by_name[shard.name] = shard.uri
             shards.append(shard)
-    return shards
+            group.append(shard)
+    return Listing(shards, groups, ignored)
 
 
-def _list_one(path: str) -> list[Shard]:
+def _is_shard(path: str) -> bool:
+    return path.lower().endswith(SHARD_SUFFIXES)
+
+
+def _list_one(path: str) -> tuple[list[Shard], list[str]]:
     fs, root = fsspec.core.url_to_fs(path)
     if any(ch in root for ch in "*?["):
         prefix = root[: min(root.index(ch) for ch in "*?[" if ch in root)]
@@ -143,19 +214,25 @@ def _list_one(path: str) -> list[Shard]:
         found = [root]
     else:
         raise DataPathError(f"no such file or folder: {path!r}")
-    matches = sorted(p for p in found if p.endswith(SHARD_SUFFIXES))
+    saved = {posixpath.dirname(p) for p in found if posixpath.basename(p) == HF_STATE_FILE}
+    metadata = {p for p in found if posixpath.dirname(p) in saved and posixpath.basename(p) in HF_SAVED_METADATA}
+    matches = sorted(p for p in found if _is_shard(p) and p not in metadata)
+    anchor = posixpath.dirname(base.rstrip("/"))
+
+    def name_of(p: str) -> str:
+        return posixpath.relpath(p, anchor) if anchor else p.lstrip("/")
+
+    others = sorted(name_of(p) for p in found if p not in metadata and not _is_shard(p))
     if not matches:
         raise DataPathError(
-            f"{path!r} matches no shard file ({', '.join(SHARD_SUFFIXES)}); it matched {len(found)} other file(s)"
-        )
-    anchor = posixpath.dirname(base.rstrip("/"))
+            f"{path!r} matches no shard file ({SHARD_KINDS}); it matched {len(others)} other file(s)"
+            + (f": {', '.join(others[:5])}" if others else ""))
     local = isinstance(fs, LocalFileSystem)
     shards = []
     for p in matches:
-        name = posixpath.relpath(p, anchor) if anchor else p.lstrip("/")
         uri = p if local else fs.unstrip_protocol(p)
-        shards.append(Shard(uri=uri, name=name, folder=posixpath.basename(posixpath.dirname(p))))
-    return shards
+        shards.append(Shard(uri=uri, name=name_of(p), folder=posixpath.basename(posixpath.dirname(p))))
+    return shards, others
 
 
 @dataclass(frozen=True)
@@ -223,16 +300,66 @@ def iter_shard_lines(
     if shard.columnar:
         raise ValueError(f"{shard.name} is a columnar shard: read its rows with d3ray.data.columnar, not lines")
     start = start or ShardPosition()
+    compression = shard.compression
+    plain = not compression
     with fsspec.open(shard.uri, "rb") as raw:
-        if start.frame_offset:
-            raw.seek(start.frame_offset)
-        if shard.uri.endswith(".zst"):
-            chunks = _framed_chunks(raw, start, _zstd_frames())
-        elif shard.uri.endswith(".gz"):
-            chunks = _framed_chunks(raw, start, _gzip_members())
+        if shard.maybe_array and not start.frame_offset:
+            # A .json file: JSON Lines, or one top-level array (its first non-blank byte is "["). Either is read
+            # from the file's start; an array's records resume by index (ShardPosition of _array_lines).
+            chunks = _chunks(raw, ShardPosition(), compression)
+            head, chunks = _peek(chunks)
+            if head == b"[":
+                yield from _array_lines(chunks, max_line_bytes, start.offset)
+                return
         else:
-            chunks = _plain_chunks(raw, start)
-        yield from _split_lines(chunks, max_line_bytes, start, plain=not shard.uri.endswith((".zst", ".gz")))
+            if start.frame_offset:
+                raw.seek(start.frame_offset)
+            chunks = _chunks(raw, start, compression)
+        yield from _split_lines(chunks, max_line_bytes, start, plain=plain)
+
+
+def _chunks(raw: BinaryIO, start: ShardPosition, compression: str) -> Iterator[tuple[bytes, int, int]]:
+    if compression == "zst":
+        return _framed_chunks(raw, start, _zstd_frames())
+    if compression == "gz":
+        return _framed_chunks(raw, start, _gzip_members())
+    if compression == "bz2":
+        return _framed_chunks(raw, start, _bz2_streams())
+    return _plain_chunks(raw, start)
+
+
+def _peek(chunks: Iterator[tuple[bytes, int, int]]) -> tuple[bytes, Iterator[tuple[bytes, int, int]]]:
+    """The first non-whitespace byte of the stream (``b""`` if none) and the stream, unchanged."""
+    seen: list[tuple[bytes, int, int]] = []
+    head = b""
+    for chunk in chunks:
+        seen.append(chunk)
+        stripped = chunk[0].lstrip()
+        if stripped:
+            head = stripped[:1]
+            break
+    return head, itertools.chain(seen, chunks)
+
+
+def _array_lines(chunks: Iterator[tuple[bytes, int, int]], max_line_bytes: int, skip: int) -> Iterator[ShardLine]:
+    """The records of a top-level JSON array, each as one line of JSON (its index as line - 1 and offset).
+
+    The array is parsed whole, as ``datasets``' json loader does. A file that is not valid JSON is one
+    record (line 1) holding its bytes, so that it counts as one ``malformed_json`` record with the parser's
+    message (or as ``oversized_record``).
+    """
+    data = b"".join(c[0] for c in chunks)
+    try:
+        items = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        if skip == 0:
+            yield ShardLine(1, data if len(data) <= max_line_bytes else None, 0, 0, 0)
+        return
+    for i, item in enumerate(items):
+        if i < skip:
+            continue
+        line = json.dumps(item).encode()  # ASCII: a lone surrogate stays an escape, judged as the text
+        yield ShardLine(i + 1, line if len(line) <= max_line_bytes else None, i, 0, 0)
 
 
 def _plain_chunks(raw: BinaryIO, start: ShardPosition) -> Iterator[tuple[bytes, int, int]]:
@@ -258,6 +385,10 @@ def _gzip_members() -> _Frames:
     return _Frames("truncated_gzip", (zlib.error,), lambda: zlib.decompressobj(wbits=31))
 
 
+def _bz2_streams() -> _Frames:
+    return _Frames("truncated_bz2", (OSError, ValueError, EOFError), bz2.BZ2Decompressor)
+
+
 def _framed_chunks(raw: BinaryIO, start: ShardPosition, frames: _Frames) -> Iterator[tuple[bytes, int, int]]:
     """Decompressed chunks, each with the (compressed, decompressed) offsets of its frame's start.
 
@@ -269,12 +400,12 @@ def _framed_chunks(raw: BinaryIO, start: ShardPosition, frames: _Frames) -> Iter
     consumed = start.frame_offset  # compressed bytes before the end of the current read
     frame_c, frame_d = start.frame_offset, start.frame_start
     produced = start.frame_start  # decompressed bytes before the current frame's next output
-    kind = "zstd frame" if frames.reason == "truncated_zstd" else "gzip member"
+    kind = {"truncated_zstd": "zstd frame", "truncated_gzip": "gzip member"}.get(frames.reason, "bz2 stream")
     while chunk := raw.read(_READ_BYTES):
         consumed += len(chunk)
         while chunk:  # a chunk may hold the end of one frame and the start of the next
             if not in_frame:
-                if frames.reason == "truncated_gzip" and not chunk.strip(b"\x00"):
+                if frames.reason != "truncated_zstd" and not chunk.strip(b"\x00"):
                     break  # zero padding after the last member, as gzip allows
                 in_frame = True
                 frame_c, frame_d = consumed - len(chunk), produced

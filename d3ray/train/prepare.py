@@ -44,13 +44,15 @@ class PreparedData:
     """Held-out SFT files: the per-task eval sets (response loss)."""
     eval_tasks: str = ""
     """``eval.tasks`` with the generated suite's path filled in."""
+    domains_line: str = ""
+    """Pre-training: the line saying the corpus' domains and where they come from (printed by the run)."""
 
 
 def prepare_data(cfg: RunConfig) -> PreparedData:
     """Resolve the training data (generating it if none is configured) and the tokenizer."""
     if cfg.sft is not None:
         return _prepare_sft(cfg)
-    from d3ray.data.corpus import resolve_corpus
+    from d3ray.data.corpus import prepare_corpus
     from d3ray.data.sample import write_sample_corpus
     from d3ray.data.tokenizer import ensure_tokenizer, load_tokenizer
 
@@ -66,12 +68,13 @@ def prepare_data(cfg: RunConfig) -> PreparedData:
             validation_paths=list(data.validation_paths) or [str(sample_dir / "validation")],
         )
     # shards listed, data.domains resolved, a sample of records checked: before a tokenizer is trained on them
-    data, train_shards, validation_shards = resolve_corpus(data)
+    corpus = prepare_corpus(data)
+    data, train_shards, validation_shards = corpus.data, corpus.train, corpus.validation
     tokenizer_dir = Path(ensure_tokenizer(data, train_shards, cfg.run_dir))
     tokenizer = load_tokenizer(tokenizer_dir)
     check_model_vocab(cfg, len(tokenizer))
     return PreparedData(data, train_shards, validation_shards, tokenizer_dir, len(tokenizer),
-                        tokenizer.eos_token_id, eval_tasks=cfg.eval.tasks)
+                        tokenizer.eos_token_id, eval_tasks=cfg.eval.tasks, domains_line=corpus.domains_line)
 
 
 def _prepare_sft(cfg: RunConfig) -> PreparedData:
@@ -169,7 +172,7 @@ def load_eval_sets(cfg: RunConfig, prepared: PreparedData) -> dict[str, Any]:
     if prepared.sft is not None:
         sets.update(_sft_eval_sets(prepared, cfg.eval.max_sequences_per_domain))
     elif prepared.data.validation_paths:
-        sets.update(load_eval_sequences(prepared.data.validation_paths, prepared.data, prepared.tokenizer_dir,
+        sets.update(load_eval_sequences(prepared.validation_shards, prepared.data, prepared.tokenizer_dir,
                                         cfg.eval.max_sequences_per_domain))
     for path in cfg.eval.ood_text_paths:
         name = f"ood:{Path(path).stem}"

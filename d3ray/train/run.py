@@ -34,7 +34,15 @@ from d3ray.config import RunConfig
 from d3ray.config_loading import to_dict
 from d3ray.errors import UserError
 from d3ray.influence.resources import cpu_priority
-from d3ray.run_files import FINAL_METRICS, log_to_file, read_jsonl, stderr_to_file, stop_logging_to_file
+from d3ray.run_files import (
+    FINAL_METRICS,
+    log_to_file,
+    new_directories,
+    read_jsonl,
+    remove_new_run_dir,
+    stderr_to_file,
+    stop_logging_to_file,
+)
 from d3ray.train.latest import latest_pointer_callback
 from d3ray.train.preflight import check_cluster, check_environment
 from d3ray.train.prepare import load_eval_sets, prepare_data, prepare_eval_tasks
@@ -50,6 +58,7 @@ def run_pretrain(cfg: RunConfig, callbacks: list[Any] | None = None) -> dict[str
     """
     # Workers run in other directories: hand them an absolute run directory.
     cfg = dataclasses.replace(cfg, output_dir=str(cfg.run_dir.parent))
+    made = new_directories(cfg.run_dir)
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     driver_log = log_to_file(cfg.run_dir, "driver")
     started = time.time()
@@ -59,6 +68,8 @@ def run_pretrain(cfg: RunConfig, callbacks: list[Any] | None = None) -> dict[str
         from d3ray.data.tokenizer import discard_fresh_tokenizer
 
         discard_fresh_tokenizer(cfg.run_dir, since=started)
+        stop_logging_to_file(driver_log)
+        remove_new_run_dir(made)  # a rejected run leaves no folder that looks like a run (if it made it)
         raise
     finally:
         stop_logging_to_file(driver_log)
@@ -89,6 +100,8 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
     check_environment(cfg)
     check_deepspeed_fragment(cfg.train)  # train.deepspeed's ZeRO keys, by DeepSpeed's own schema
     prepared = prepare_data(cfg)
+    if prepared.domains_line:
+        print(prepared.domains_line, flush=True)
     model_config = model_config_dict(cfg.model, prepared.vocab_size, prepared.data.seq_len, prepared.eos_id)
     eval_sets = load_eval_sets(cfg, prepared)
     eval_tasks = prepare_eval_tasks(prepared)
@@ -165,6 +178,7 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
         (run_dir / FINAL_METRICS).write_text(json.dumps(final, indent=2))
         print_summary(final, report)
         ray.kill(coordinator)
+        check_records_read(report, cfg, prepared)  # the bad fraction of all the run read, however few
         return final
     finally:
         if scheduler is not None:
@@ -207,6 +221,17 @@ def pre_run_context(cfg: RunConfig, prepared: Any, domains: list[str]) -> Any:
         cfg = dataclasses.replace(cfg, sft=prepared.sft, eval=dataclasses.replace(
             cfg.eval, sft_paths=list(prepared.sft_eval_paths), tasks=prepared.eval_tasks))
     return PreRunContext(cfg=cfg, data=data, domains=domains, run=run_pretrain, export=export_model)
+
+
+def check_records_read(report: dict[str, Any], cfg: RunConfig, prepared: Any) -> None:
+    """The bad-record limit (``data.max_bad_fraction``, SFT: ``sft.max_bad_fraction``) on every record the run
+    read, checked at its end: a corpus smaller than ``min_records_before_check`` is checked too."""
+    from d3ray.data.ledger import check_ledger
+
+    if report.get("data_quality"):
+        limit, field = ((prepared.sft.max_bad_fraction, "sft.max_bad_fraction") if prepared.sft is not None
+                        else (prepared.data.max_bad_fraction, "data.max_bad_fraction"))
+        check_ledger(report["data_quality"], limit, field)
 
 
 def raise_user_error(coordinator: Any) -> None:
