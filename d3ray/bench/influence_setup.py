@@ -152,11 +152,10 @@ def trained_weights(
 
 
 def _load(path: Path) -> TrainedWeights:
-    import torch
-
     from d3ray.influence.optimizer import AdamWState
+    from d3ray.safe_load import load_data
 
-    raw = torch.load(path, weights_only=False)
+    raw = load_data(path)
     from d3ray.train.config import TrainConfig
 
     opt = {"max_grad_norm": TrainConfig().grad_clip, **raw["optimizer"]}  # older caches lack the clip

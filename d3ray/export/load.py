@@ -158,11 +158,11 @@ def deepspeed_state_dict(ds_dir: str | Path, tag: str | None = None) -> dict[str
 
     ZeRO 1-3 (optimizer shards present): DeepSpeed's own ``zero_to_fp32`` merges every rank's
     fp32 master partitions (and frozen parameters, e.g. a LoRA base model). ZeRO 0: the
-    ``module`` state dict of the model-states file.
+    ``module`` state dict of the model-states file, read as data only (:mod:`d3ray.safe_load`); the ZeRO
+    shards are DeepSpeed's to unpickle (README, Security).
     """
-    import torch
-
     from d3ray.deepspeed_import import import_deepspeed
+    from d3ray.safe_load import load_data
 
     import_deepspeed()  # first, without the MLflow import of its autotuner (d3ray/deepspeed_import.py)
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
@@ -179,7 +179,7 @@ def deepspeed_state_dict(ds_dir: str | Path, tag: str | None = None) -> dict[str
     model_states = folder / "mp_rank_00_model_states.pt"
     if not model_states.is_file():
         raise FileNotFoundError(f"{folder}: neither ZeRO optimizer shards nor mp_rank_00_model_states.pt")
-    return {k: v.float() for k, v in torch.load(model_states, map_location="cpu", weights_only=False)["module"].items()}
+    return {k: v.float() for k, v in load_data(model_states, map_location="cpu")["module"].items()}
 
 
 def load_exact_state_dict(model: Any, state: dict[str, Any], where: str, frozen_from_base: bool = False) -> None:

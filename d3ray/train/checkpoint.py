@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from d3ray.safe_load import load_data
+
 DS_TAG = "ds"
 
 
@@ -120,7 +122,7 @@ def load_checkpoint(engine, directory: Path, rank: int, base_model: str | None =
         raise RuntimeError(f"DeepSpeed found no checkpoint under {directory / 'deepspeed'}")
     rng_file = directory / f"rng_rank{rank}.pt"
     if rng_file.exists():
-        rng = torch.load(rng_file, weights_only=False)
+        rng = load_data(rng_file)  # weights only: NumPy arrays allowed, no code run (d3ray/safe_load.py)
         torch.set_rng_state(rng["torch"])
         np.random.set_state(rng["numpy"])
         random.setstate(rng["python"])

@@ -325,4 +325,7 @@ class ShardedScorer:
         """Restore this rank's means from a checkpoint directory (none kept: nothing to restore)."""
         path = Path(directory) / f"influence_means_rank{self.rank}.pt"
         if path.exists():
-            self.load_state_dict(torch.load(path, weights_only=False))
+            from d3ray.influence.influence import Reference
+            from d3ray.safe_load import load_data
+
+            self.load_state_dict(load_data(path, allow=[Reference]))

@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     # errors, the config loader and the registry every stage's config uses, run-directory files, fault drills,
     # Ray object references (the ObjectRef test, the result by a deadline or the fallback)
     ("foundation", ["d3ray", "d3ray.errors", "d3ray.registry", "d3ray.config_loading", "d3ray.run_files",
-                    "d3ray.faults", "d3ray.ray_refs", "d3ray.deepspeed_import"]),
+                    "d3ray.faults", "d3ray.ray_refs", "d3ray.deepspeed_import", "d3ray.safe_load"]),
     # the stages that need no model: shards -> sequences (Ray Data) -> chunks, and the ordering solvers (pure math)
     ("data and solvers", ["d3ray.data", "d3ray.solver"]),
     # model presets and builder, LoRA, the per-sequence LM loss

@@ -1,0 +1,54 @@
+"""Our checkpoint files load as data only (``weights_only=True`` with a NumPy allowlist): the RNG state a
+checkpoint holds and influence means round-trip exactly, and a file that would run code is refused."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from d3ray.influence.influence import Reference
+from d3ray.safe_load import load_data
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (os.system, ("touch ran-code",))
+
+
+def test_load_data_restores_the_rng_state_a_checkpoint_holds(tmp_path: Path) -> None:
+    np.random.seed(7)
+    random.seed(7)
+    torch.manual_seed(7)
+    # what d3ray.train.checkpoint.save_checkpoint writes per rank
+    torch.save({"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
+               tmp_path / "rng_rank0.pt")
+    expected = (np.random.rand(3), random.random(), torch.rand(2))
+    rng = load_data(tmp_path / "rng_rank0.pt")
+    torch.set_rng_state(rng["torch"])
+    np.random.set_state(rng["numpy"])
+    random.setstate(rng["python"])
+    assert np.array_equal(np.random.rand(3), expected[0]) and random.random() == expected[1]
+    assert torch.equal(torch.rand(2), expected[2])
+
+
+def test_load_data_reads_influence_means_with_their_class_allowed(tmp_path: Path) -> None:
+    means = {4: Reference(vectors={"g": {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}}, count=3)}
+    torch.save(means, tmp_path / "influence_means_rank0.pt")
+    with pytest.raises(pickle.UnpicklingError):  # a class of ours is read only where it is allowed
+        load_data(tmp_path / "influence_means_rank0.pt")
+    loaded = load_data(tmp_path / "influence_means_rank0.pt", allow=[Reference])
+    assert loaded[4].count == 3 and np.array_equal(loaded[4].vectors["g"]["w"], means[4].vectors["g"]["w"])
+
+
+def test_load_data_refuses_a_file_that_would_run_code(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    torch.save({"torch": torch.get_rng_state(), "numpy": _RunsCode()}, tmp_path / "rng_rank0.pt")
+    with pytest.raises(pickle.UnpicklingError):
+        load_data(tmp_path / "rng_rank0.pt")
+    assert not (tmp_path / "ran-code").exists()
