@@ -75,3 +75,47 @@ def test_a_dotted_override_whose_value_has_a_space_is_an_override_not_the_run_di
     args = parse_args(["census", "--config", "run.yaml", "--train.betas=[0.0, 0.95]", "--out", "o"])
     assert (args.config, args.run_dir, args.out) == ("run.yaml", None, "o")
     assert args.overrides == ["--train.betas=[0.0, 0.95]"]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("train:\n  steps: 3\n  betas: [0.9, 0.95\ndata:\n  seq_len: 64\n",
+     "{file}:4:5: not valid YAML: while parsing a flow sequence expected ',' or ']', but got ':'"),
+    ("- train\n- data\n", "{file}:1:1: the top level must be a mapping of sections (train:, data:, ...), got a list"),
+    ("name: x\ndata: mydata/\n", "{file}:2:1: data: expected a mapping, got 'mydata/'"),
+    ("train:\n  steps: ten\n", "{file}:2:3: train.steps: expected an integer, got 'ten'"),
+])
+def test_cli_a_config_file_that_fails_says_file_line_and_column(capsys, tmp_path: Path, text: str,
+                                                                expected: str) -> None:
+    config = tmp_path / "run.yaml"
+    config.write_text(text)
+    err = _fails(["pretrain", "--config", str(config), f"--output_dir={tmp_path / 'runs'}"], capsys)
+    assert err == "d3ray pretrain: error: " + expected.format(file=config)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_cli_a_rejected_run_leaves_no_folder_and_keeps_a_folder_that_existed(capsys, tmp_path: Path) -> None:
+    import ray
+
+    ray.shutdown()
+    missing = f"--data.train_paths=[{tmp_path}/nonexistent]"
+    _fails(["pretrain", f"--output_dir={tmp_path / 'runs'}", "--name=new", missing], capsys)
+    assert not (tmp_path / "runs").exists()  # neither the run folder nor the runs/ folder it made
+    kept = tmp_path / "mine" / "old"
+    kept.mkdir(parents=True)
+    (kept / "notes.txt").write_text("the user's")
+    _fails(["pretrain", f"--output_dir={tmp_path / 'mine'}", "--name=old", missing], capsys)
+    assert (kept / "notes.txt").read_text() == "the user's"
+
+
+def test_cli_data_inspect_of_a_plain_folder_counts_its_records_good_under_its_folder_name(capsys, tmp_path: Path):
+    import json
+    import re
+
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "a.jsonl").write_text("".join(json.dumps({"text": f"t {i}"}) + "\n" for i in range(400)))
+    (tmp_path / "train" / "readme.txt").write_text("about the corpus")
+    assert main(["data", "inspect", str(tmp_path / "train")]) == 0
+    out, err = capsys.readouterr()
+    assert re.search(r"\ntrain/a\.jsonl +400 +0 ", out) and "bad records: none" in out
+    assert "domains: train (64 records sampled), from the data paths' folder names" in err
+    assert "data inspect: 1 file(s) not read, not of a kind d3ray reads" in err and "train/readme.txt" in err
