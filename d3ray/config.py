@@ -30,7 +30,7 @@ class RayClusterConfig:
     """Logical CPUs of a local instance (default: the machine's cores, at least 4 so that Ray
     Data, the coordinator and two trainers fit on a 2-core laptop)."""
     health_check_interval_s: float = 0.2
-    """Ray Train controller poll interval; each ``report`` costs about this (RAY_NOTES section 1)."""
+    """Ray Train controller poll interval; each ``report`` costs about this (docs/design/ray.md §2)."""
     env_vars: dict[str, str] = field(default_factory=dict)
     """Environment variables every Ray worker and actor gets (the job's ``runtime_env`` and Ray Train's
     ``worker_runtime_env``), on top of those passed through from the driver's environment: every

@@ -31,7 +31,7 @@ class TrainConfig:
     num_workers: int = 2
     """Data-parallel Ray Train workers, each one DeepSpeed engine."""
     cpus_per_worker: float = 0.5
-    """CPUs Ray reserves per worker; keep some for Ray Data on small boxes (RAY_NOTES section 1)."""
+    """CPUs Ray reserves per worker; keep some for Ray Data on small boxes (docs/design/ray.md §2)."""
     gpus_per_worker: float = 0.0
     """GPUs per worker; > 0 switches to NCCL, bf16 and CUDA."""
     resources_per_worker: dict[str, float] = field(default_factory=dict)

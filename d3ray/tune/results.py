@@ -6,7 +6,7 @@
 The best trial is the best metric among the trials that ran all their steps; trials stopped early
 by ASHA compete only when none finished (their metric is from fewer steps). Non-finite metrics
 never rank. A ``gamma_changes_order`` column appears when the trials differ in γ: under the Taylor
-estimators γ only scales S by γ²/2 (ARCHITECTURE.md §1), so the order cannot change with it.
+estimators γ only scales S by γ²/2 (docs/design/method.md §6), so the order cannot change with it.
 """
 
 from __future__ import annotations

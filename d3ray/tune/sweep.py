@@ -11,12 +11,12 @@
          ▼
     <sweep dir>/results.csv · best_config.yaml · sweep.yaml · runs/<sweep>-<trial_id>/ · Tune state
 
-This is the documented Train V2 + Tune pattern (RAY_NOTES section 1): Tune schedules the drivers,
+This is the documented Train V2 + Tune pattern (docs/design/ray.md §3): Tune schedules the drivers,
 each driver's Train run reserves its own workers outside the trial, so Tune cannot see their
 resources; ``max_concurrent_trials`` is therefore derived from the cluster's resources and each
 trial's needs (``trial_resources.py``). A stopped or failed trial's driver takes its Train run and
 its coordinator/influence/solver actors down with it (Ray's ownership); the next trial needs the
-dashboard (``ray[default]``) to find the stopped run's placement group free (RAY_NOTES section 0).
+dashboard (``ray[default]``) to find the stopped run's placement group free (docs/design/ray.md §1).
 
 Re-running a sweep with the same name and storage resumes it (``Tuner.restore``): finished trials
 are kept, unfinished ones restart and their Train runs resume from their newest checkpoints.

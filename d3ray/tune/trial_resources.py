@@ -1,6 +1,6 @@
 """What one sweep trial holds of the cluster, and how many trials fit at once.
 
-Under the Train V2 + Tune pattern (RAY_NOTES section 1) Tune schedules only the trial drivers; each
+Under the Train V2 + Tune pattern (docs/design/ray.md §3) Tune schedules only the trial drivers; each
 driver's Train run reserves its own workers outside the trial, so Tune cannot see their resources.
 ``max_concurrent_trials`` is therefore derived here from the cluster's resources and each trial's needs
 (:func:`trial_resources`), GPUs by the placement of each trial's shares. The sweep and ``d3ray compare``
