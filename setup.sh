@@ -92,6 +92,7 @@ if "$PYTHON" -c "import sys, torch; sys.exit(1 if torch.cuda.is_available() else
   DS_ACCELERATOR=cpu "$PYTHON" -c "from deepspeed.accelerator import get_accelerator as g; b = g().create_op_builder('ShareMemCommBuilder'); b and b.load(verbose=False)" >>"$log" 2>&1 \
     || echo "note: DeepSpeed's CPU shm op did not build; DeepSpeed falls back to plain gloo collectives"
 fi
-"$PYTHON" -c "import d3ray, torch, ray, deepspeed; print(f'd3ray {d3ray.__version__} ready: torch {torch.__version__}, ray {ray.__version__}, deepspeed {deepspeed.__version__}')" \
+accelerator=$("$PYTHON" -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')" 2>/dev/null || echo cpu)
+DS_ACCELERATOR=${DS_ACCELERATOR:-$accelerator} "$PYTHON" -c "import d3ray, torch, ray, deepspeed; print(f'd3ray {d3ray.__version__} ready: torch {torch.__version__}, ray {ray.__version__}, deepspeed {deepspeed.__version__}')" \
   || fail "the environment is incomplete: d3ray, torch, ray or deepspeed does not import"
 rm -f "$log"

@@ -1,5 +1,5 @@
 """Preflight (d3ray/train/preflight.py) and the GPU rules of TrainConfig: a run that cannot work where it is
-started stops with one line naming the field and the fix; the README's scale-out command loads and fits
+started stops with one line naming the field and the fix; the cluster guide's (docs/deployment.md) command loads and fits
 cluster.yaml's GPUs."""
 
 from __future__ import annotations
@@ -149,9 +149,8 @@ def test_preflight_cluster_rank_wider_than_any_node_refused():
 
 
 def readme_pretrain_commands() -> list[list[str]]:
-    """The arguments of every ``python jobs/pretrain.py`` command in the README's "Scale out" section."""
-    text = (REPO / "README.md").read_text()
-    section = text.split("\n## Scale out", 1)[1].split("\n## ", 1)[0]
+    """The arguments of every ``python jobs/pretrain.py`` command of the cluster guide (docs/deployment.md)."""
+    section = (REPO / "docs" / "deployment.md").read_text()
     commands = []
     for block in re.findall(r"```bash\n(.*?)```", section, flags=re.S):
         for line in block.replace("\\\n", " ").splitlines():
@@ -163,7 +162,7 @@ def readme_pretrain_commands() -> list[list[str]]:
 
 def test_readme_scale_out_command_loads_and_fits_cluster_yaml_gpus():
     commands = readme_pretrain_commands()
-    assert commands, "the README's Scale out section has a jobs/pretrain.py command"
+    assert commands, "the cluster guide has a jobs/pretrain.py command"
     cluster = yaml.safe_load((REPO / "cluster.yaml").read_text())
     gpu_nodes = [float(t["resources"].get("GPU", 0)) for t in cluster["available_node_types"].values()
                  for _ in range(t.get("max_workers", 0))][: cluster["max_workers"]]
