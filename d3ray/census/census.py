@@ -37,6 +37,7 @@ from d3ray.census.orders import (
 )
 from d3ray.census.planted import PLANTED_KINDS, plant_chunk, planted_orders, planting
 from d3ray.census.ramp import ramp_chunk
+from d3ray.census.restore import check_checkpoint
 from d3ray.config import RunConfig
 from d3ray.errors import DataPathError, UserError
 
@@ -191,10 +192,6 @@ def check_inputs(info: RunInfo, options: CensusOptions) -> list[int]:
         runs_of = [name for name in ScheduleConfig.known() if ScheduleConfig.lookup(name).permutes_stream_batches]
         raise UserError(f"census: the run's schedule.type={schedule.type_name} does not train its chunks as an order "
                         f"of the stream's batches; the census branches runs of {', '.join(runs_of)}")
-    if info.cfg.train.zero_stage != 0:
-        raise UserError(f"census: the run trained with train.zero_stage={info.cfg.train.zero_stage}; the census reads "
-                        "ZeRO-0 checkpoints only (its one-rank engine restores the torch AdamW state in memory; "
-                        "ZeRO 1-3 optimizer shards are not merged yet): census a run with --train.zero_stage=0")
     for path in options.eval_files:
         if not Path(path).is_file():
             raise DataPathError(f"census: --eval {path}: no such file")
@@ -220,8 +217,13 @@ def check_inputs(info: RunInfo, options: CensusOptions) -> list[int]:
     if options.chunks < 1 or options.random_orders < 2:
         raise UserError("census: --chunks must be >= 1 and --random-orders >= 2 (a spread needs two)")
     check_out_dir(options, schedule.L)
-    return choose_checkpoints(sorted(info.checkpoints), info.total_chunks, options.chunks, options.persist,
-                              options.checkpoints, options.num_checkpoints, options.warmup_chunks)
+    Ks = choose_checkpoints(sorted(info.checkpoints), info.total_chunks, options.chunks, options.persist,
+                            options.checkpoints, options.num_checkpoints, options.warmup_chunks)
+    for K in Ks:  # the branches' checkpoints, and the next ones the run's own order is compared with
+        for k in (K, K + 1):
+            if k in info.checkpoints:
+                check_checkpoint(info.checkpoints[k])
+    return Ks
 
 
 RECENCY_LAYOUTS = ("stream", "ramp")

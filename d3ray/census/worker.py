@@ -1,7 +1,8 @@
 """``CensusWorker``: one process, one DeepSpeed engine, many branches from one loaded checkpoint.
 
-    load(checkpoint)  once per checkpoint: engine.load_checkpoint (weights, AdamW m and v, LR schedule
-                      position, step counters) + rank 0's RNG, then an in-memory copy of all of it
+    load(checkpoint)  once per checkpoint: weights, AdamW m and v, LR schedule position, step counters and
+                      rank 0's RNG (engine.load_checkpoint at ZeRO-0; ZeRO 1-3 shards merged by restore.py),
+                      then an in-memory copy of all of it
     orders(chunk)     D3's S at the checkpoint weights (the run's influence config, and the exact
                       look-ahead), solved by the run's solver ─► the orders to branch on
     branch(order)     restore the copy ─► train the chunk's batches in ``order`` with the trainer's own
@@ -14,7 +15,7 @@ number of ranks, d3ray/train/loop.py), DeepSpeed averages the accumulated gradie
 all-reduce does, so a branch in the run's own order reproduces the run's next checkpoint (up to the
 order of floating-point sums; ``tests/integration/test_census.py`` checks it).
 
-A plain class (STYLE.md section 5): ``command.py`` wraps it with ``ray.remote`` where it is created.
+A plain class (docs/design/conventions.md §3): ``command.py`` wraps it with ``ray.remote`` where it is created.
 """
 
 from __future__ import annotations
@@ -100,7 +101,10 @@ class CensusWorker:
 
         self.cfg = cfg
         self.fault_dir = fault_dir
-        self.tcfg = replace(cfg.train, num_workers=1)  # one rank: accumulation over the whole global batch
+        # One rank, accumulation over the whole global batch, ZeRO-0 whatever stage the run trained at: ZeRO 1-3
+        # checkpoints are merged into it (restore.py), and its torch AdamW state is what a branch restores.
+        self.tcfg = replace(cfg.train, num_workers=1, zero_stage=0,
+                            deepspeed={k: v for k, v in cfg.train.deepspeed.items() if k != "zero_optimization"})
         self.model_config = model_config
         if isinstance(eval_sets, list):
             import ray
@@ -134,12 +138,12 @@ class CensusWorker:
         """Load ``checkpoint`` into the engine (skipped when it is loaded already) and keep a copy."""
         import torch
 
-        from d3ray.train.checkpoint import load_checkpoint
+        from d3ray.census.restore import load_for_census
 
         if self.loaded == checkpoint:
             return
         engine = self.engine
-        load_checkpoint(engine, Path(checkpoint), 0)
+        load_for_census(engine, Path(checkpoint))  # any ZeRO stage, any number of ranks (restore.py)
         self._base = {
             "module": copy.deepcopy(engine.module.state_dict()),
             "optimizer": copy.deepcopy(engine.optimizer.state_dict()),

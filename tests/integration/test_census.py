@@ -121,3 +121,41 @@ def test_census_random_run_own_order_reproduces_next_checkpoint_and_rerun_skips(
         err = capsys.readouterr().err
         assert words in err and err.count("\n") == 2, err  # the error line and the --debug hint
     assert not (tmp_path / "x" / "branches").exists()
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_census_of_a_zero_run_restores_its_shards_and_reproduces_its_next_checkpoint(ray_cluster, corpus, tmp_path,
+                                                                                      capsys, stage):
+    """A run trained by 2 ZeRO-2 / ZeRO-3 ranks (sequential order: its order of each chunk is the stream order):
+    the census merges every rank's shards into its one-rank engine, and the branch in stream order reproduces the
+    run's next checkpoint at float32 tolerance (weights and AdamW moments restored: without the moments the same
+    branch drifts by 4e-3). A checkpoint missing a rank's optimizer shard stops the census before any training."""
+    from d3ray.train.run import run_pretrain
+
+    data_dir, tokenizer = corpus
+    cfg = load_config(RunConfig, None, [
+        "--name=run", f"--output_dir={tmp_path}", f"--data.train_paths=[{data_dir / 'train'}]",
+        f"--data.validation_paths=[{data_dir / 'validation'}]", f"--data.tokenizer.path={tokenizer}",
+        "--data.seq_len=64", "--train.steps=8", "--train.global_batch_size=8", "--train.micro_batch_size=2",
+        "--train.num_workers=2", f"--train.zero_stage={stage}", "--train.warmup_steps=2", "--train.eval_every=0",
+        "--train.keep_checkpoints=5", "--schedule.type=sequential", "--schedule.L=4", "--eval.max_sequences_per_domain=2",
+    ])
+    run_pretrain(cfg)
+    run_dir, out = tmp_path / "run", tmp_path / "census"
+    assert main(["census", str(run_dir), "--out", str(out), "--checkpoints", "1", "--random-orders", "2",
+                 "--no-lookahead", "--workers", "1"]) == 0
+    [repro] = json.loads((out / "census.json").read_text())["reproduction"]
+    assert repro["from_checkpoint"] == 1 and repro["chunk"] == 1 and repro["tensors"] > 0
+    assert repro["close"], f"ZeRO-{stage}: the stream order drifted from the run's next checkpoint: {repro}"
+    stream = json.loads((out / "branches" / "k00001" / "c00001" / "stream.json").read_text())
+    assert stream["order"] == [0, 1, 2, 3] and "run" in stream["names"] and stream["status"] == "ok"
+
+    # Bad input: rank 1's optimizer shard of checkpoint 1 lost. One line naming the checkpoint and the file.
+    [ckpt] = [p.parent for p in run_dir.glob("checkpoint_*/state.json") if json.loads(p.read_text())["next_chunk"] == 1]
+    (ckpt / "deepspeed" / "ds" / "zero_pp_rank_1_mp_rank_00_optim_states.pt").unlink()
+    capsys.readouterr()
+    assert main(["census", str(run_dir), "--out", str(tmp_path / "x"), "--checkpoints", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"checkpoint {ckpt} cannot be restored" in err and "zero_pp_rank_1_mp_rank_00_optim_states.pt" in err, err
+    assert err.count("\n") == 2, err  # the error line and the --debug hint
+    assert not (tmp_path / "x").exists()

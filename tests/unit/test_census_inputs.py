@@ -46,7 +46,26 @@ def write_run(root, overrides, checkpoints):
         d.mkdir()
         (d / "state.json").write_text(json.dumps({"step": next_chunk * cfg.schedule.L, "next_chunk": next_chunk,
                                                   "position": 0, "tokens": 0, "schedule": {}}))
+        write_deepspeed_states(d, cfg.train.zero_stage, cfg.train.num_workers)
     return root
+
+
+def write_deepspeed_states(checkpoint, stage, world, bf16=False, ranks=None):
+    """The files DeepSpeed's save_checkpoint writes under ``deepspeed/ds`` (what the census's checks read of
+    them: the model states' ``ds_config`` and ``dp_world_size``), for ``ranks`` (default: all ``world``)."""
+    import torch
+
+    ds = checkpoint / "deepspeed" / "ds"
+    ds.mkdir(parents=True, exist_ok=True)
+    states = {"ds_config": {"zero_optimization": {"stage": stage}, "bf16": {"enabled": bf16}}, "dp_world_size": world}
+    for r in range(world) if ranks is None else ranks:
+        if stage < 3 and r == 0:
+            torch.save(states, ds / "mp_rank_00_model_states.pt")
+        if stage == 3:
+            torch.save(states, ds / f"zero_pp_rank_{r}_mp_rank_00_model_states.pt")
+        if stage > 0:
+            torch.save({"optimizer_state_dict": {}}, ds / f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt")
+    return ds
 
 
 def test_load_run_without_checkpoint_refused_in_one_line(tmp_path):
@@ -57,14 +76,14 @@ def test_load_run_without_checkpoint_refused_in_one_line(tmp_path):
         load_run(tmp_path)
 
 
-def test_check_inputs_mixer_zero2_missing_eval_file_and_large_all_orders_refused(tmp_path):
+def test_check_inputs_mixer_missing_eval_file_and_large_all_orders_refused_zero2_taken(tmp_path):
     run = write_run(tmp_path / "mix", ["--schedule.type=odm", "--schedule.L=4", "--train.steps=16",
                                        "--train.zero_stage=0"], [1, 2])
     with pytest.raises(UserError, match="schedule.type=odm"):
         check_inputs(load_run(run), CensusOptions(run_dir=run, out=tmp_path / "o"))
-    run = write_run(tmp_path / "zero2", ["--schedule.type=random", "--train.zero_stage=2"], [1, 2])
-    with pytest.raises(UserError, match="train.zero_stage=2"):
-        check_inputs(load_run(run), CensusOptions(run_dir=run, out=tmp_path / "o"))
+    run = write_run(tmp_path / "zero2", ["--schedule.type=random", "--schedule.L=4", "--train.steps=16",
+                                         "--train.zero_stage=2"], [1, 2])
+    assert check_inputs(load_run(run), CensusOptions(run_dir=run, out=tmp_path / "o", checkpoints=[1])) == [1]
     run = write_run(tmp_path / "rand", ["--schedule.type=random", "--schedule.L=8", "--train.steps=32",
                                         "--train.zero_stage=0"], [1, 2])
     info = load_run(run)
@@ -117,3 +136,43 @@ def test_census_command_takes_a_run_dir_or_a_config_never_both(tmp_path):
     assert main(["census", "--config", "jobs/configs/census_pretrain_tiny.yaml", f"--output_dir={tmp_path}",
                  "--out", str(tmp_path / "o"), "--checkpoints", "15"]) == 2
     assert not (tmp_path / "census-pretrain-tiny").exists()
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_a_checkpoint_the_census_cannot_restore_is_refused_naming_it_and_what_is_missing(tmp_path, stage):
+    from d3ray.census.restore import check_checkpoint
+
+    good = tmp_path / "good"
+    write_deepspeed_states(good, stage, 2)
+    layout = check_checkpoint(good)
+    assert (layout.stage, layout.world_size, layout.bf16) == (stage, 2, False)
+
+    lost = tmp_path / "lost"  # rank 1 never wrote its shards
+    write_deepspeed_states(lost, stage, 2, ranks=[0])
+    what = r"optimizer shard of rank\(s\) 1 of the 2 ranks that wrote it is" if stage < 3 else "ZeRO-3 shards"
+    with pytest.raises(UserError, match=rf"checkpoint {lost} cannot be restored: the {what}.* missing .*"
+                                        r"zero_pp_rank_1_mp_rank_00_optim_states\.pt"):
+        check_checkpoint(lost)
+    bf16 = tmp_path / "bf16"  # no fp32 master weights to merge into the census's fp32 engine
+    write_deepspeed_states(bf16, stage, 2, bf16=True)
+    with pytest.raises(UserError, match=rf"checkpoint {bf16} was written at ZeRO-{stage} in bf16"):
+        check_checkpoint(bf16)
+
+
+def test_a_checkpoint_without_model_states_or_deepspeed_state_is_refused_naming_it(tmp_path):
+    from d3ray.census.restore import check_checkpoint
+
+    with pytest.raises(UserError, match=rf"checkpoint {tmp_path} has no DeepSpeed state"):
+        check_checkpoint(tmp_path)
+    (tmp_path / "deepspeed" / "ds").mkdir(parents=True)
+    with pytest.raises(UserError, match="has no model states"):
+        check_checkpoint(tmp_path)
+    (tmp_path / "deepspeed" / "ds" / "mp_rank_00_model_states.pt").write_bytes(b"cut short")
+    with pytest.raises(UserError, match="mp_rank_00_model_states.pt is not a readable DeepSpeed model-states file"):
+        check_checkpoint(tmp_path)
+    assert check_checkpoint(write_deepspeed_states(tmp_path / "zero0", 0, 2).parent.parent).stage == 0
+    run = write_run(tmp_path / "run", ["--schedule.type=random", "--schedule.L=4", "--train.steps=16",
+                                       "--train.zero_stage=2"], [1, 2])
+    (run / "checkpoint_1" / "deepspeed" / "ds" / "zero_pp_rank_0_mp_rank_00_optim_states.pt").unlink()
+    with pytest.raises(UserError, match=r"checkpoint_1 cannot be restored: the optimizer shard of rank\(s\) 0 "):
+        check_inputs(load_run(run), CensusOptions(run_dir=run, out=tmp_path / "o", checkpoints=[1]))
