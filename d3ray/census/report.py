@@ -313,7 +313,7 @@ def recency_markdown(control: dict[str, Any], title: str, setup: dict[str, Any],
             c = control[order]
             lines.append(f"| {order} | {_f(c['mean_z'], 2)} | [{_f(c['ci_low'], 2)}, {_f(c['ci_high'], 2)}] | "
                          f"{c['share_past_2']:.0%} | {c['n']} |")
-    lines += ["", recency_verdict(control), ""]
+    lines += ["", recency_verdict(control, beta1), ""]
     lines += position_lines(control.get("position"))
     lines += ["| checkpoint/chunk | domain | random mean | random sd | last z (rank) | first z (rank) | d3 z | position ρ |",
               "|---|---|---|---|---|---|---|---|"]
@@ -328,9 +328,11 @@ def recency_markdown(control: dict[str, Any], title: str, setup: dict[str, Any],
     return lines
 
 
-def recency_verdict(control: dict[str, Any]) -> str:
+def recency_verdict(control: dict[str, Any], beta1: float | None = None) -> str:
     """The recency control's verdict line: found (recency_last < random < recency_first, both intervals
-    clear of 0), and whether it also meets the strict bar (mean z of recency_last <= -2)."""
+    clear of 0), and whether it also meets the strict bar (mean z of recency_last <= -2). "Found" is a
+    criterion relaxed after the data (the strict bar was the control's first), and the line says so; at
+    β1 = 0 it says too that the default D3 then sorts by weight-decay alignment."""
     last = control.get("recency_last", {})
     if not control["found"]:
         return ("**Control NOT found**: the census does not resolve recency_last < random < recency_first (each "
@@ -339,10 +341,15 @@ def recency_verdict(control: dict[str, Any]) -> str:
             f"The strict bar is not met: the mean z of recency_last is {_f(last.get('mean_z'), 2)}, not <= -2 "
             f"(|z| >= 2 the right way in {last.get('share_past_2', 0):.0%} of the chunks): the domain's place moves "
             "its loss, by less than the order of the other batches does.")
+    caveat = ("" if control.get("strict") else
+              " Found only under a criterion relaxed after the data (the bar set first was the strict one).")
+    if beta1 is not None and float(beta1) == 0:
+        caveat += (" Found at β1 = 0, where the default D3 sorts by weight-decay alignment (its drift potential "
+                   "has no momentum term): it says the census sees an order effect there, not at β1 = 0.9.")
     first = control.get("recency_first", {})
     return ("**Control found**: recency_last < random < recency_first, each mean z's 95% interval clear of 0 (t "
             f"{_f(last.get('t'), 1)} and {_f(first.get('t'), 1)} over the chunks): the "
-            f"census sees that training the domain last helps it, at this point of the run. {size}")
+            f"census sees that training the domain last helps it, at this point of the run. {size}{caveat}")
 
 
 def position_lines(position: dict[str, Any] | None) -> list[str]:

@@ -152,3 +152,7 @@ def test_recency_found_without_the_strict_bar_when_the_domain_moves_its_loss_by_
     text = (tmp_path / "results.md").read_text()
     assert "**Control found**: recency_last < random < recency_first, each mean z's 95% interval clear of 0 (t -" in text
     assert "The strict bar is not met: the mean z of recency_last is -0.9" in text
+    assert "Found only under a criterion relaxed after the data" in text
+    assert "Found at β1 = 0, where the default D3 sorts by weight-decay alignment" in text
+    write_report(tmp_path, "d3ray census r --out o --control recency", {**setup, "beta1": 0.9})
+    assert "weight-decay alignment" not in (tmp_path / "results.md").read_text()
