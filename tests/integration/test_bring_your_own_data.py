@@ -1,13 +1,17 @@
 """The data README's "Bring your own data" section, run as written: its toy-corpus script (JSONL with the
 text under ``content``, parquet, a saved Hugging Face dataset; Alpaca and ShareGPT SFT files), then its
 commands: ``data inspect``, a pre-training run end to end on the three formats with the domains taken
-from the folders, and each ``finetune`` command's config through data preparation to its sequences."""
+from the folders, and each ``finetune`` command's config through data preparation to its sequences. Then
+corpora of ``{"text": ...}`` records alone (JSONL, parquet, a saved dataset; one domain and two), trained
+with no flag but their paths, and a folder of every JSON file kind beside a file that is not read."""
 
 from __future__ import annotations
 
 import json
+import random
 import re
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +19,7 @@ from d3ray.cli import main, parse_args
 from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
 from tests.conftest import REPO
+from tests.unit.test_data_bring_your_own import save_hf_dataset, write_jsonl, write_parquet
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -68,3 +73,80 @@ def test_readme_bring_your_own_data_commands_run_and_a_three_format_corpus_train
         sequences = list(iter_sft_sequences(prepared.sft, prepared.tokenizer_dir, ledger))
         assert ledger.total_good == len(sequences) == 200 and ledger.total_bad == 0
         assert read_sft_records(prepared.sft.paths, fields=prepared.sft.fields())[0].messages == first
+
+
+# ---- a corpus as a user holds it: no domain field, any format, trained with no data flags (issue 49) --------
+WORDS = {"web": "page link site news blog post today read more", "code": "def return class import for if x y"}
+
+
+def domain_texts(domain: str, n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(f"{domain}{seed}")
+    return [" ".join(rng.choice(WORDS[domain].split()) for _ in range(60)) for _ in range(n)]
+
+
+def write_split(folder: Path, fmt: str, texts: list[str]) -> None:
+    """``texts`` as ``{"text": ...}`` records in ``folder``: a JSONL file, a parquet file or a saved dataset."""
+    if fmt == "jsonl":
+        write_jsonl(folder / "part-0.jsonl", [{"text": t} for t in texts])
+    elif fmt == "parquet":
+        write_parquet(folder / "part-0.parquet", {"text": texts}, row_group_size=64)
+    else:
+        save_hf_dataset(folder, {"text": texts})
+
+
+def run_cli(argv: list[str], capsys) -> tuple[str, str]:
+    capsys.readouterr()
+    assert main(argv) == 0
+    return capsys.readouterr()
+
+
+@pytest.mark.parametrize("domains", [["web"], ["code", "web"]], ids=["one_domain", "two_domains"])
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet", "save_to_disk"])
+def test_a_plain_text_corpus_trains_with_no_data_flags(ray_cluster, tmp_path, capsys, fmt, domains) -> None:
+    """``{"text": ...}`` records only: one folder (one domain, named after it) or one subfolder per domain;
+    the validation folders pair with them by name (two) or all belong to the one."""
+    train, validation = tmp_path / "corpus" / "train", tmp_path / "corpus" / "validation"
+    for d in domains:
+        write_split(train / d if len(domains) > 1 else train, fmt, domain_texts(d, 120))
+        write_split(validation / d if len(domains) > 1 else validation, fmt, domain_texts(d, 30, seed=1))
+    out, _ = run_cli(["pretrain", f"--output_dir={tmp_path / 'runs'}", "--name=plain", f"--data.train_paths=[{train}]",
+                      f"--data.validation_paths=[{validation}]", "--train.steps=8", "--schedule.type=random"], capsys)
+    names = domains if len(domains) > 1 else ["train"]
+    line = ", ".join(f"{d} (64 records sampled)" for d in names)  # the first 64 records of each file
+    assert f"domains: {line}, from the data paths' folder names (the records have no 'meta.redpajama_set_name')" in out
+    run_dir = tmp_path / "runs" / "plain"
+    final = json.loads((run_dir / "final_metrics.json").read_text())
+    assert final["steps"] == 8 and {k for k in final if k.startswith("eval/") and k.endswith("/loss")} == {
+        f"eval/{d}/loss" for d in names}
+    quality = json.loads((run_dir / "data_quality.json").read_text())["data_quality"]
+    assert quality["total_bad"] == 0 and quality["total_good"] >= 120
+    trained = {row.split(",")[2] for row in (run_dir / "domains.csv").read_text().splitlines()[1:]}
+    assert trained and trained <= set(names)
+
+
+def test_every_json_file_kind_in_a_folder_trains_and_the_rest_are_named_in_one_warning(ray_cluster, tmp_path,
+                                                                                         capsys) -> None:
+    """The five files once left out without a word (``.JSONL``, ``.json``, ``.ndjson``, ``.jsonl.bz2``,
+    ``.jsonl.zstd``) are read beside the ``.jsonl.zst``; a file of no shard kind is named on the console."""
+    import bz2
+
+    import zstandard
+
+    root = tmp_path / "mixed"
+    root.mkdir()
+    files = {name: domain_texts("web", 5, seed=i) for i, name in enumerate(
+        ["a.jsonl.zst", "b.JSONL", "c.json", "d.ndjson", "e.jsonl.bz2", "f.jsonl.zstd"])}
+    for name, texts in files.items():
+        lines = "".join(json.dumps({"text": t}) + "\n" for t in texts).encode()
+        data = {"a.jsonl.zst": zstandard.ZstdCompressor().compress(lines), "c.json": json.dumps(
+            [{"text": t} for t in texts]).encode(), "e.jsonl.bz2": bz2.compress(lines),
+            "f.jsonl.zstd": zstandard.ZstdCompressor().compress(lines)}.get(name, lines)
+        (root / name).write_bytes(data)
+    (root / "notes.txt").write_text("not a record file")
+    _, err = run_cli(["pretrain", f"--output_dir={tmp_path / 'runs'}", "--name=kinds", f"--data.train_paths=[{root}]",
+                      "--train.steps=2", "--schedule.type=random"], capsys)
+    assert "data.train_paths: 1 file(s) not read, not of a kind d3ray reads (" in err and "mixed/notes.txt" in err
+    quality = json.loads((tmp_path / "runs" / "kinds" / "data_quality.json").read_text())["data_quality"]
+    # every file read (each epoch of the 30 records counts them again), none of them bad
+    assert set(quality["good"]) == {f"mixed/{name}" for name in files} and quality["total_bad"] == 0
+    assert all(n % 5 == 0 for n in quality["good"].values())
