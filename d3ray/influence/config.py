@@ -133,7 +133,7 @@ class InfluenceConfig:
     """How the influence workers estimate A (L x L) and S = Aᵀ − A for a chunk (ARCHITECTURE.md §1).
 
     The defaults are the knobs ``d3ray bench influence`` measured best at <= 1.0x the cost of a
-    training step per scored batch (README.md, "Measured").
+    training step per scored batch (docs/results/influence-fidelity-cost-2026-12-01-to-03.md).
     """
 
     estimator: EstimatorConfig = field(default_factory=DriftConfig)

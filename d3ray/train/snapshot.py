@@ -16,7 +16,7 @@ after the collectives (which stay as they are), each state dict packed into one 
 (:class:`~d3ray.influence.snapshot.PackedState`, a mapping of views): a ``float32`` numpy array (exact;
 Ray ships it without a copy), or a ``bfloat16`` torch tensor (half the bytes; numpy has no bfloat16).
 One buffer, not one tensor per parameter: Ray pickles each torch tensor through torch's serializer, and
-three per parameter cost the trainer ~10 ms per chunk and the actor ~7 ms (``d3ray/influence/README.md``).
+three per parameter cost the trainer ~10 ms per chunk and the actor ~7 ms (``docs/results/influence-chunk-time-2026-12-02-to-03.md``).
 bfloat16 rather than float16: it keeps float32's exponent range, so v = E[g²] (often below float16's
 smallest normal, 6e-5) does not underflow. The readers widen to their compute dtype.
 """

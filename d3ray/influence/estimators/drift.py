@@ -44,7 +44,7 @@ class DriftConfig(EstimatorConfig):
     """``none`` (default): the potential alone (no sketch, no AdamW direction: the cheapest; the order is
     the sort by f). ``sketch``: S = exact potential + the sketched residual ⟨s_i, g_j⟩ − ⟨s_j, g_i⟩ (all
     of the first-order S, the potential without sketch error). ``d3ray bench influence`` on gpt2-small
-    @1000 (README.md, "The drift potential, exact"): the sketched residual adds more sketch noise than
+    @1000 (docs/results/influence-fidelity-cost-2026-12-01-to-03.md): the sketched residual adds more sketch noise than
     signal at k = 16,384 (median regret 0.06 against the look-ahead, as first_order) while the potential
     alone orders better (0.02) at 0.21x a training step instead of 0.80x."""
 
@@ -59,7 +59,7 @@ class DriftConfig(EstimatorConfig):
     vanishes; at η = 0 it takes ``jvp``); ``jvp``: f_i = d/dε ℓ_i(θ + ε·w) by forward-mode AD, no
     gradient; ``gradient``: one forward + backward per batch and the dot product ⟨g_i, w⟩. jvp and
     gradient give the same f to rounding; step differs from them by the curvature along w (O(η)).
-    ``d3ray bench influence`` (README.md, "The potential without a gradient"): the same orders on tiny
+    ``d3ray bench influence`` (docs/results/influence-fidelity-cost-2026-12-01-to-03.md): the same orders on tiny
     and small @1000 (10 chunks each), at 0.25x / 0.09x a training step per scored batch against 0.54x /
     0.18x for ``gradient``. The sketched residual and in-trainer scoring (ZeRO-3 slices) need g_i and
     always take ``gradient``."""
