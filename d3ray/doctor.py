@@ -4,7 +4,7 @@
 
 Rows: Python; torch (its CUDA build or CPU, the GPUs it sees); Ray and whether its dashboard's
 dependencies import (Ray refuses ``include_dashboard=True`` without them, and Train V2 needs the
-dashboard to free a stopped trial's placement group: ``RAY_NOTES.md`` §0, ``docs/design/``); DeepSpeed
+dashboard to free a stopped trial's placement group: ``docs/design/ray.md`` §1); DeepSpeed
 and which of its ops are prebuilt, JIT-built in torch's extension cache, or buildable here;
 transformers and lm-eval; every other core requirement against the range d3ray declares; then each
 optional extra (cloud, wandb, mlflow, regmix, flash) with the feature it enables. A missing piece's row

@@ -3,7 +3,7 @@
 Pure functions of an :class:`~d3ray.bench.capacity_arch.Architecture`, the influence knobs
 (:class:`InfluenceLoad`) and the constants of a device (:class:`DeviceConstants`: measured on this
 machine, projected for GPUs, or measured on a GPU by ``bench/gpu_check.sh``). Context: issues 15, 27
-("Speed") and 29 (item 4), ARCHITECTURE.md "Influence at scale". Symbols: N parameters, B sequences per
+("Speed") and 29 (item 4), docs/design/system.md §5. Symbols: N parameters, B sequences per
 batch, T tokens per sequence, L batches per chunk, s = sample_fraction, n = max(1, round(s·B)) scored
 sequences per batch (``d3ray.influence.worker.sample_rows``), W trainer ranks, G influence actors, S
 sketched statistics, k sketch size, σ SJLT nonzeros per coordinate, bw_mem the device's memory bandwidth

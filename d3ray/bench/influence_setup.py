@@ -47,7 +47,7 @@ def load_corpus(data: Path, workdir: Path, vocab_size: int, seq_len: int, per_do
     if not (data / "train").is_dir() or not (data / "validation").is_dir():
         raise FileNotFoundError(
             f"{data} must hold train/ and validation/ in SlimPajama layout (pass --data); see "
-            "../shared/data/redpajama_sample/README.md"
+            "d3ray/data/README.md ('Bring your own data')"
         )
     cfg = DataConfig(
         train_paths=[str(data / "train")],

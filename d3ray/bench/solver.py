@@ -2,7 +2,7 @@
 
     d3ray bench solver --out solver.json [--quick] [--sizes 20,60] [--influence-dir DIR]
 
-Instance families (ARCHITECTURE.md section 1, issue 4):
+Instance families (docs/design/method.md §8, issue 4):
 
 - ``gaussian``: S = A − Aᵀ, A_ij ~ N(0, 1): no structure, the hardest case for every heuristic;
 - ``planted``: S_ij = sign(rank_j − rank_i) + noise · (G − Gᵀ)/√2 for a hidden order, G ~ N(0, 1);

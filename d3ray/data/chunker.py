@@ -1,6 +1,6 @@
 """Packed sequences → global batches of B → chunks of L batches, deterministically and resumably.
 
-A chunk is the unit the schedulers order (ARCHITECTURE.md section 2). Chunks depend only on
+A chunk is the unit the schedulers order (docs/design/system.md §1). Chunks depend only on
 the data, the config, the seed and (when mixing) the mixture of each chunk, never on the number of
 trainer workers: each global batch is later split across ranks by the trainers.
 

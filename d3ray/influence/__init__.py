@@ -1,4 +1,4 @@
-"""Influence stage: sketched second-order influence between the batches of a chunk (ARCHITECTURE.md §1).
+"""Influence stage: sketched second-order influence between the batches of a chunk (docs/design/method.md §5).
 
 Pure parts (no Ray): :mod:`~d3ray.influence.estimators` (registered estimators, one module each),
 :mod:`~d3ray.influence.statistics` (the batch loss; exact-Hessian Taylor), :mod:`~d3ray.influence.optimizer`

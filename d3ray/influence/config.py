@@ -2,7 +2,7 @@
 
 ``InfluenceConfig`` is what the pipeline hands to every :class:`~d3ray.influence.worker.InfluenceWorker`;
 its ``estimator`` is a registered family (:mod:`d3ray.influence.estimators`) and ``SketchConfig`` is one (``type: sjlt | gaussian | identity``) whose ``build()`` makes
-the Johnson-Lindenstrauss map P of ARCHITECTURE.md section 1. Every field that shapes P (type, k, s,
+the Johnson-Lindenstrauss map P of docs/design/method.md §4. Every field that shapes P (type, k, s,
 seed) must be equal on all workers of a run, since sketches made with different P cannot be multiplied
 together; holding one frozen config per run is how the pipeline guarantees it.
 """
@@ -130,7 +130,7 @@ class IdentitySketchConfig(SketchConfig):
 
 @dataclass(frozen=True, kw_only=True)
 class InfluenceConfig:
-    """How the influence workers estimate A (L x L) and S = Aᵀ − A for a chunk (ARCHITECTURE.md §1).
+    """How the influence workers estimate A (L x L) and S = Aᵀ − A for a chunk (docs/design/method.md §5).
 
     The defaults are the knobs ``d3ray bench influence`` measured best at <= 1.0x the cost of a
     training step per scored batch (docs/results/influence-fidelity-cost-2026-12-01-to-03.md).

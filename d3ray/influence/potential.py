@@ -3,7 +3,7 @@
 Why: with the trainers' AdamW step (README.md, "Optimizer-aware influence") the directional advantage
 S of a chunk is dominated by one rank-2 term, the potential of the common momentum/weight-decay drift.
 That term needs one full-dimension dot product per batch, not a sketch; only what is left (the
-residual) is worth sketching. Derivation (the notation of ARCHITECTURE.md §1 and
+residual) is worth sketching. Derivation (the notation of docs/design/method.md §7 and
 :mod:`d3ray.influence.optimizer`; Loshchilov & Hutter 2019, Alg. 2, for the step):
 
 The step batch i causes from the snapshot's state (θ, m, v, t), with its clipped gradient c_i·g_i,

@@ -1,6 +1,6 @@
 """Johnson-Lindenstrauss sketches P: R^d → R^k for gradients and Hessian diagonals.
 
-D3 keeps three k-vectors per batch (P g, P(g ⊙ g), P h; ARCHITECTURE.md section 1) so that the L x L
+D3 keeps three k-vectors per batch (P g, P(g ⊙ g), P h; docs/design/method.md §4) so that the L x L
 matrix A is two small matrix products instead of L² inner products in d ≈ 1e9 dimensions. P is never
 materialised as a k x d matrix. A vector is given as a mapping ``name → (n, *shape)`` (n vectors at
 once, one tensor per model parameter), and P is defined per parameter *name*, so that

@@ -1,6 +1,6 @@
 """The batch loss as a function of the parameters, and per-batch statistics (loss, g, h).
 
-These are the inputs of the second-order influence of ARCHITECTURE.md section 1 (README.md for the
+These are the inputs of the second-order influence of docs/design/method.md §2 (README.md for the
 preconditioned form), with the step Δθ_i = −η·u_i of batch i,
 
     I[i→j] ≈ ⟨g_j, Δθ_i⟩ + ½·Δθ_iᵀ H_j Δθ_i ≈ −η·⟨u_i, g_j⟩ + (η²/2)·⟨u_i ⊙ u_i, h_j⟩,
@@ -135,7 +135,7 @@ def taylor_influence(
 ) -> torch.Tensor:
     """Second-order Taylor influence with the exact Hessian: A[i, j] = ⟨g_j, Δθ_i⟩ + ½·Δθ_iᵀ H_j Δθ_i.
 
-    For the plain step Δθ_i = −γ·g_i this is −γ⟨g_i, g_j⟩ + (γ²/2)·g_iᵀ H_j g_i (ARCHITECTURE.md §1).
+    For the plain step Δθ_i = −γ·g_i this is −γ⟨g_i, g_j⟩ + (γ²/2)·g_iᵀ H_j g_i (docs/design/method.md §2).
     L gradients plus L² Hessian-vector products; a diagnostic that separates the Taylor truncation
     from the diagonal approximation of the estimators.
 

@@ -1,6 +1,6 @@
 """InfluenceWorker: a thin actor shell that holds a model and calls the pure chunk functions.
 
-A plain class (STYLE.md §5): the pipeline wraps it where it creates it,
+A plain class (docs/design/conventions.md §3): the pipeline wraps it where it creates it,
 ``ray.remote(InfluenceWorker).options(num_gpus=1).remote(model_config, config)``, and tests call it
 directly. It holds a causal LM built by :func:`d3ray.model.build_model` from a config dict (no hub
 download), loads each weights snapshot it is given, turns batches into objectives, and calls

@@ -21,7 +21,7 @@ one module on the trainers' side (d3ray/train/trainer_side.py); what it starts a
 draws by domain are declared by its config too. Decisions must be a pure function of the
 chunk, the seed, the weights snapshot of version ``chunk_id - staleness`` and the feedback of the
 chunks before ``chunk_id - staleness``: ``submit`` never changes what later decisions depend on;
-only ``observe`` does (ARCHITECTURE.md section 3, deterministic). The same holds for
+only ``observe`` does (docs/design/system.md §6, determinism). The same holds for
 ``mixture(chunk_id)`` (mixers, ``ScheduleConfig.draws_mixture``): the coordinator asks for it just before
 the stream draws the chunk, after the scheduler observed the feedback of every chunk before ``chunk_id - staleness``.
 """
@@ -42,7 +42,7 @@ SNAPSHOT_DTYPES = ("bfloat16", "float32")
 
 
 class Kind(StrEnum):
-    """What a scheduler decides (ARCHITECTURE.md, scheduler families)."""
+    """What a scheduler decides (docs/design/system.md §4)."""
 
     ORDER = "order"
     """The order of a chunk's batches (D3, curricula, random, sequential, mtl)."""

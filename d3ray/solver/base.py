@@ -8,7 +8,7 @@ here, once, in :class:`SolverBase`:
 - S is validated (square, finite, antisymmetric; :func:`~d3ray.solver.problem.validate_advantage`);
 - ``init`` (default: the identity, i.e. the order the data arrived in) is checked to be a permutation;
 - an all-zero S returns ``init`` unchanged with ``flagged_zero=True`` (the first-order estimator gives
-  S ≡ 0: ARCHITECTURE.md section 1);
+  S ≡ 0: docs/design/method.md §6);
 - the returned order is never worse than ``init``: a solver that cannot beat it returns it;
 - an S whose sort by its fitted potential (:mod:`~d3ray.solver.potential`) has cost 0 is solved by that
   sort, without a search (certified optimal; ``stats["shortcut"] == "potential"``, ``exact`` True); with
@@ -45,7 +45,7 @@ class SolveResult:
 
     Fields:
         order: (K,) int64 permutation, order[t] = item trained at step t.
-        cost: objective of ``order`` (ARCHITECTURE.md section 1), recomputed from scratch.
+        cost: objective of ``order`` (docs/design/method.md §8), recomputed from scratch.
         initial_cost: objective of the initial order (``init``, or the identity).
         seconds: wall time of the whole call, validation included.
         stats: solver-specific counters (``solver``, ``iters``, ``moves``, ``stopped_by``, ...).

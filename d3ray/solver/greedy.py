@@ -1,6 +1,6 @@
 """Constructive orderings of the D3 paper's solver ablation: Row-Sum and Greedy Insertion.
 
-Both are one-pass heuristics (Xu et al. 2026, solver ablation; ARCHITECTURE.md section 1):
+Both are one-pass heuristics (Xu et al. 2026, solver ablation; docs/design/method.md §9):
 
 - Row-Sum sorts items by their net advantage r_i = Σ_j S[i, j] (descending): the Borda count of
   the tournament S, optimal when S has rank-2 structure S[i, j] = a_i − a_j.

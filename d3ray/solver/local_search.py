@@ -1,6 +1,6 @@
 """Improvement by local moves: the paper's Random-Swap Refinement and steepest insertion descent.
 
-RSR (Xu et al. 2026, solver ablation; ARCHITECTURE.md section 1): start from Row-Sum, propose
+RSR (Xu et al. 2026, solver ablation; docs/design/method.md §9): start from Row-Sum, propose
 uniformly random position swaps, keep a swap when it lowers the cost (eq. 2 of
 :mod:`d3ray.solver.problem`, O(|b − a|) per proposal, never a re-scoring).
 

@@ -1,6 +1,6 @@
 """A pool of solver actors: S in (by object reference), a future of the order out.
 
-The schedule coordinator (ARCHITECTURE.md section 2) solves chunk c+1 while the trainers train chunk c.
+The schedule coordinator (docs/design/system.md §2) solves chunk c+1 while the trainers train chunk c.
 ``SolverPool.submit`` returns immediately with an ``ObjectRef[SolveResult]``; the pipeline ``ray.get``s
 it (with its own deadline) when it needs the order.
 
@@ -8,7 +8,7 @@ it (with its own deadline) when it needs the order.
                                                (restarted + task retried if its process dies)
 
 Fault tolerance is Ray's: actors are created with ``max_restarts`` and ``max_task_retries``, so a call
-in flight on an actor whose process dies is re-run on the restarted actor (RAY_NOTES.md section 4).
+in flight on an actor whose process dies is re-run on the restarted actor (docs/design/ray.md §4).
 Solving is a pure function of (S, init, seed, config), so a retry returns the same order unless a
 wall-clock ``time_budget_s`` binds.
 

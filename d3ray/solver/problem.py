@@ -1,6 +1,6 @@
 """The ordering problem of D3: objective, input checks and incremental move deltas.
 
-D3 (Xu et al. 2026, arXiv 2605.31164; ARCHITECTURE.md section 1) orders the L batches of a chunk by
+D3 (Xu et al. 2026, arXiv 2605.31164; docs/design/method.md §8) orders the L batches of a chunk by
 minimising the weight of the violated pairs of the directional advantage S (K x K, antisymmetric,
 S[i, j] > 0 means "train i before j"):
 
@@ -108,7 +108,7 @@ def ordering_cost(S: np.ndarray, order: np.ndarray | list[int]) -> float:
         order: (K,) permutation, order[t] = item trained at step t.
 
     Returns:
-        The D3 objective (ARCHITECTURE.md section 1); 0 means every positive edge points forward.
+        The D3 objective (docs/design/method.md §8); 0 means every positive edge points forward.
     """
     from d3ray.solver import kernels  # numba compiles on first use; importing this module stays cheap
 

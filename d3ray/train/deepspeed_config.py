@@ -1,7 +1,7 @@
 """Typed training config → the DeepSpeed config dict, and the LR schedule.
 
 Produced at the edge, once per worker, from :class:`~d3ray.train.config.TrainConfig`
-(STYLE.md section 3). Precision from ``train.precision`` (``auto``: fp32 on CPU, bf16 on GPU). ``torch_adam`` avoids DeepSpeed op builds.
+(docs/design/conventions.md §1). Precision from ``train.precision`` (``auto``: fp32 on CPU, bf16 on GPU). ``torch_adam`` avoids DeepSpeed op builds.
 ``train.deepspeed`` (a DeepSpeed JSON fragment: offload, bucket sizes, ...) is merged over the generated
 dict by :func:`merge_deepspeed_overrides`, which refuses any key a typed field owns (``OWNED``).
 """

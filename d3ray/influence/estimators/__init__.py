@@ -9,7 +9,7 @@
 | ``hutchinson`` | Hutchinson diagonal (Sophia-H, the paper's) | 1 backward + probes HVPs |
 | ``lookahead`` | exact definition (no Taylor) | L forwards per row |
 
-Importing this package registers all of them (STYLE.md §4: explicit registration).
+Importing this package registers all of them (docs/design/conventions.md §2: explicit registration).
 """
 
 from d3ray.influence.estimators.base import EstimatorConfig

@@ -1,6 +1,6 @@
 """The estimator family: how the influence of a chunk is estimated (registered, ``type: <name>``).
 
-An estimator config is the registry entry (STYLE.md §4) and the estimator itself: estimators hold no
+An estimator config is the registry entry (docs/design/conventions.md §2) and the estimator itself: estimators hold no
 state beyond their knobs, so the config's methods are the pure functions of the estimator and nothing
 needs building. Two kinds, told apart by :attr:`EstimatorConfig.is_exact_lookahead`:
 
