@@ -52,12 +52,13 @@ def new_directories(path: Path) -> list[Path]:
 
 def remove_new_run_dir(made: list[Path]) -> bool:
     """Remove a run directory this process created (``made``, from :func:`new_directories`) when the run
-    stopped before its first step: no ``metrics.csv``, no checkpoint. The parents it created go too if they
-    are empty. A directory that existed before, and anything in one, is never touched. Returns whether it did."""
+    stopped before its first step: no step row in ``metrics.jsonl``, no checkpoint. The parents it created go
+    too if they are empty. A directory that existed before, and anything in one, is never touched. Returns
+    whether it did."""
     if not made or not made[0].is_dir():
         return False
     run_dir = made[0]
-    if (run_dir / "metrics.csv").exists() or any(run_dir.glob("checkpoint_*")):
+    if any(run_dir.glob("checkpoint_*")) or any("train/loss" in r for r in read_jsonl(run_dir / "metrics.jsonl")):
         return False
     shutil.rmtree(run_dir)
     for parent in made[1:]:
