@@ -54,9 +54,20 @@ def plain_corpus(tmp_path: Path) -> Path:
     return tmp_path / "mydata" / "train"
 
 
-def test_prepare_plain_corpus_of_unknown_domain_stops_before_a_tokenizer_naming_data_domains(tmp_path):
+def test_prepare_plain_corpus_takes_its_domain_from_its_folder(tmp_path):
+    """Records of ``text`` alone, data.domains left at its default: the folder is the domain (issue 49)."""
     cfg = RunConfig(output_dir=str(tmp_path / "runs"),
                     data=DataConfig(train_paths=[str(plain_corpus(tmp_path))],
+                                    tokenizer=TokenizerConfig(vocab_size=300)))
+    prepared = prepare_data(cfg)
+    assert (prepared.data.layout, prepared.data.domains) == ("path", ["train"])
+    assert prepared.domains_line.startswith("domains: train (50 records sampled), from the data paths' folder names")
+    assert prepared.vocab_size > 257
+
+
+def test_prepare_plain_corpus_of_unknown_domain_stops_before_a_tokenizer_naming_data_domains(tmp_path):
+    cfg = RunConfig(output_dir=str(tmp_path / "runs"),
+                    data=DataConfig(train_paths=[str(plain_corpus(tmp_path))], domains=["web"],
                                     tokenizer=TokenizerConfig(vocab_size=300)))
     with pytest.raises(UserError, match=r"^data\.domains: .* all of unknown domains \['train'\].*"
                                         r"--data\.domains='\[train\]'") as info:
