@@ -1,15 +1,17 @@
 """Find corpus shards and stream their lines, from any filesystem fsspec opens.
 
-A shard is one ``.jsonl``, ``.jsonl.zst`` or ``.jsonl.gz`` file, or one columnar file: ``.parquet``,
-or ``.arrow`` (the Arrow IPC stream files of a ``datasets.Dataset.save_to_disk`` folder; read by
-:mod:`d3ray.data.columnar`). :func:`list_shards` expands
+A shard is one JSON file (``.jsonl``, ``.json``, ``.ndjson``; plain, ``.zst``/``.zstd``, ``.gz`` or ``.bz2``;
+suffixes in any case), or one columnar file: ``.parquet``, or ``.arrow`` (the Arrow IPC stream files of a
+``datasets.Dataset.save_to_disk`` folder; read by :mod:`d3ray.data.columnar`). :func:`list_corpus` expands
 folders, globs and URIs (local paths, ``file://``, ``memory://``, ``s3://``, ``gs://``, ``hf://``
-with the matching fsspec backend installed) into a deterministic, sorted list. :func:`iter_shard_lines`
-streams one JSONL shard's lines as bytes in bounded memory: decompression is incremental, and a line
-longer than a limit is skipped rather than held.
+with the matching fsspec backend installed) into a deterministic, sorted list, and names every other file
+found (:class:`Listing`, one warning line for the caller to log). :func:`iter_shard_lines` streams one JSON
+shard's lines as bytes in bounded memory: decompression is incremental, and a line longer than a limit is
+skipped rather than held. A ``.json`` file whose first non-blank byte is ``[`` is a top-level array of
+records (as ``datasets``' json loader reads it): parsed whole, each record comes as one line of JSON.
 
-Compressed streams are decoded by hand (``zstandard.ZstdDecompressor.decompressobj``, ``zlib``),
-one zstd frame or gzip member at a time, because ``zstandard``'s stream reader ends silently on a
+Compressed streams are decoded by hand (``zstandard.ZstdDecompressor.decompressobj``, ``zlib``, ``bz2``),
+one zstd frame, gzip member or bz2 stream at a time, because ``zstandard``'s stream reader ends silently on a
 truncated frame and because frame starts are where a reader can resume: every line comes with its
 :class:`ShardPosition` (line number, decompressed offset, and the frame it starts in), and
 ``iter_shard_lines(shard, ..., start=position)`` seeks there instead of re-reading the shard. A
