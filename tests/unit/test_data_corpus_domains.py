@@ -181,3 +181,23 @@ def test_the_first_records_of_a_larger_corpus_are_checked_and_the_run_end_checks
     with pytest.raises(BadRecordFractionError, match=r"^the records the run read: 2 of 101 records are bad .*"
                                                      r"first lines \[100, 101\]\).*--sft\.max_bad_fraction$"):
         check_ledger(ledger.to_dict(), 0.01, "sft.max_bad_fraction")
+
+
+def test_sft_paths_read_every_json_kind_and_name_the_other_files(tmp_path, caplog):
+    from d3ray.data.sft import SftDataConfig
+    from d3ray.data.sft_sequences import check_sft_sample, read_sft_records
+
+    rows = [{"instruction": "Add the numbers.", "input": f"{a} and 3", "output": str(a + 3)} for a in range(6)]
+    lines = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    (tmp_path / "sft").mkdir()
+    (tmp_path / "sft" / "a.json").write_text(json.dumps(rows))
+    (tmp_path / "sft" / "b.JSONL.BZ2").write_bytes(bz2.compress(lines))
+    (tmp_path / "sft" / "c.csv").write_text("instruction,output\n")
+    cfg = SftDataConfig(paths=[str(tmp_path / "sft")], format="alpaca")
+    with caplog.at_level(logging.WARNING):
+        check_sft_sample(cfg)
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
+        "sft.paths: 1 file(s) not read, not of a kind d3ray reads"]
+    assert "sft/c.csv" in caplog.records[0].getMessage()
+    records = read_sft_records(cfg.paths, fields=cfg.fields())
+    assert [r.messages[-1][1] for r in records] == [str(a + 3) for a in range(6)] * 2
