@@ -144,11 +144,14 @@ def _summarise(run_dir: Path, final: dict[str, Any], L: int) -> dict[str, Any]:
     if any("influence_sec" in r for r in schedule):
         inf = [r["influence_sec"] for r in schedule if "influence_sec" in r]
         sol = [r["solver_sec"] for r in schedule if "solver_sec" in r]
-        red = [1 - r["cost_after"] / r["cost_stream"] for r in schedule if r.get("cost_stream")]
+        vs_random = [r["predicted_loss_change_vs_random_nats"] for r in schedule
+                     if r.get("predicted_loss_change_vs_random_nats") is not None]
         out.update(
             influence_sec_per_chunk=float(np.mean(inf)) if inf else None,
             solver_sec_per_chunk=float(np.mean(sol)) if sol else None,
-            mean_cost_reduction=float(np.mean(red)) if red else None,
+            decided_by=sorted({r["decided_by"] for r in schedule if r.get("decided_by")}),
+            searched_chunks=sum(bool(r.get("search")) for r in schedule),
+            predicted_loss_change_vs_random_nats_per_chunk=float(np.mean(vs_random)) if vs_random else None,
         )
     out.update(snapshot_summary(schedule))
     return out
@@ -168,6 +171,12 @@ def loop_breakdown(metrics: list[dict[str, Any]], wait_s: float, train_s: float)
     out["wait"] = wait_s
     out["other"] = train_s - sum(out.values())
     return out
+
+
+def loop_ratios(mine: dict[str, float], base: dict[str, float]) -> dict[str, float | None]:
+    """Each training-loop phase's summed seconds, the scheduler's ÷ random order's (None where random
+    order spent none): the checkpoint's is the scheduler's checkpoint cost in proportion (issue 50.3)."""
+    return {k: (mine[k] / base[k] if base.get(k) else None) for k in mine if k in base}
 
 
 def pool_summaries(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -201,6 +210,7 @@ def pool_summaries(runs: list[dict[str, Any]]) -> dict[str, Any]:
                                     for p in positions],
         cpu_share=pool_cpu_shares([r.get("cpu_share", {}) for r in runs]),
         loop_seconds={k: float(sum(r["loop_seconds"][k] for r in runs)) for k in runs[0].get("loop_seconds", {})},
+        searched_chunks=sum(r.get("searched_chunks", 0) for r in runs),
         runs=runs,
     )
     return out
@@ -300,10 +310,15 @@ def run(args: argparse.Namespace) -> int:
         "median_step_sec_ratio": mine["median_step_sec"] / base["median_step_sec"],
         "step_sec_ratio_by_repeat": [m["mean_step_sec"] / b["mean_step_sec"]
                                      for m, b in zip(per_run[label], per_run[base_label], strict=True)],
+        "throughput_ratio_by_repeat": [m["tokens_per_sec"] / b["tokens_per_sec"]
+                                       for m, b in zip(per_run[label], per_run[base_label], strict=True)],
+        "loop_seconds_ratio": loop_ratios(mine.get("loop_seconds") or {}, base.get("loop_seconds") or {}),
         "trainer_wait_fraction": mine["trainer_wait_fraction"],
         "trainer_wait_fraction_after_first_chunk": mine["trainer_wait_fraction_after_first_chunk"],
-        "targets": {"throughput_ratio": ">= 0.85 (d3, the defaults), >= 0.80 (d3, jobs/configs/redpajama_sample.yaml)",
+        "targets": {"throughput_ratio": ">= 0.92 (d3, the defaults, 2-core box; >= 0.97 where the trainers have "
+                                        "cores or devices of their own), >= 0.80 (d3, jobs/configs/redpajama_sample.yaml)",
                     "trainer_wait_fraction": "< 0.02",
+                    "loop_seconds_ratio.checkpoint": "<= 1.10 (the scheduler's checkpoint cost)",
                     "step_sec_ratio": "< 1.03 (weighting)"},
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -339,9 +354,14 @@ def run(args: argparse.Namespace) -> int:
     if "influence_bytes_vs_fp32_snapshot" in mine:
         print(f"influence bytes per chunk (to the scheduler) {mine['influence_bytes_per_chunk']:.0f} = "
               f"{mine['influence_bytes_vs_fp32_snapshot']:.3%} of a float32 full-weight snapshot")
+    if report["loop_seconds_ratio"]:
+        print("training loop by phase, " + label + " ÷ " + base_label + ": "
+              + ", ".join(f"{k} {v:.3f}" for k, v in report["loop_seconds_ratio"].items() if v is not None))
     if "influence_sec_per_chunk" in mine:
-        print(f"influence {mine['influence_sec_per_chunk']} s/chunk, solver {mine['solver_sec_per_chunk']} s/chunk, "
-              f"S-cost reduction {mine['mean_cost_reduction']}")
+        print(f"influence {mine['influence_sec_per_chunk']} s/chunk, solver {mine['solver_sec_per_chunk']} s/chunk; "
+              f"decided by {', '.join(mine['decided_by']) or '-'} (a search in {mine['searched_chunks']} chunks); "
+              f"predicted loss change vs the mean random order {mine['predicted_loss_change_vs_random_nats_per_chunk']} "
+              f"nats per chunk")
     if "snapshot_bytes_per_chunk" in mine:
         published = (f", publishing it {mine['snapshot_fraction']:.1%} of training time (trainer time, not wait)"
                      if "snapshot_fraction" in mine else "")

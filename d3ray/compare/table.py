@@ -40,7 +40,8 @@ from d3ray.compare.stats import (
 EQUAL_COMPUTE = "@equal_compute"
 #: Final-metric keys carried into the table besides ``eval/*`` (run figures, not compared by default).
 RUN_FIGURES = ("final_loss", "tokens", "tokens_per_sec", "train_seconds", "wall_seconds",
-               "schedule/fallbacks", "schedule/trainer_wait_sec", "schedule/cost_reduction",
+               "schedule/fallbacks", "schedule/trainer_wait_sec",
+               "schedule/predicted_loss_change_vs_stream_nats", "schedule/predicted_loss_change_vs_random_nats",
                "schedule/skipped_samples")
 
 

@@ -1,6 +1,6 @@
 """Influence matrices A and S of a chunk from per-batch sketches (pure numpy, no Ray).
 
-ARCHITECTURE.md section 1, with the step of batch i written Δθ_i = −η·u_i (η = γ and u = g for the
+docs/design/method.md §5, with the step of batch i written Δθ_i = −η·u_i (η = γ and u = g for the
 plain step; η = lr and u the AdamW direction with the ``adam`` preconditioner, README.md). With the
 rows of G, U, Q, H (L x k) the sketches P g_i, P u_i, P(u_i ⊙ u_i), P h_i:
 
@@ -41,6 +41,8 @@ __all__ = [
     "mean_reference",
     "influence_from_lookahead",
     "ChunkInfluence",
+    "ChunkPotential",
+    "chunk_potential",
     "influence_from_sketches",
     "influence_matrices",
     "nonfinite_rows",
@@ -153,6 +155,37 @@ class ChunkInfluence:
     excluded: list[int]
     losses: np.ndarray
     timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class ChunkPotential:
+    """A whole chunk's drift potential f (the influence is the potential alone: S = η·(f_j − f_i),
+    potential.py eq. P3), as the trainers send it (``influence_placement: in_trainer``): L numbers, no S.
+
+    Attributes:
+        batch_ids: the chunk's batch ids (the order of ``potential``).
+        potential: (L,) float64 f_i.
+        excluded: batch ids with a non-finite loss or statistic (left out of the potential).
+        losses: (L,) the batches' losses on the sampled sequences.
+        step_size: η (the optimizer's learning rate), the scale of S.
+        timings: seconds per phase (``influence/total_sec``).
+    """
+
+    batch_ids: list[int]
+    potential: np.ndarray
+    excluded: list[int]
+    losses: np.ndarray
+    step_size: float
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def chunk_potential(sketches: BatchSketches) -> ChunkPotential:
+    """The :class:`ChunkPotential` of one part that holds a whole chunk's potential (zero-width rows)."""
+    if sketches.potential is None:
+        raise ValueError("chunk_potential: these sketches carry no potential")
+    return ChunkPotential(batch_ids=list(sketches.batch_ids), potential=np.asarray(sketches.potential, np.float64),
+                          excluded=[int(b) for b in sketches.excluded], losses=np.asarray(sketches.losses),
+                          step_size=float(sketches.step_size), timings=dict(sketches.timings))
 
 
 @dataclass

@@ -49,6 +49,34 @@ def print_knobs(name: str) -> int:
         raise UserError(str(err)) from None
     row = next(r for r in rows() if r[0] == name)
     print(f"{name} ({row[1]}): {row[2]}\npaper: {row[3]}\n")
+    if name in ("d3", "d3_paper"):
+        print("presets:")
+        for preset, what, keys in d3_presets():
+            print(f"  {preset}: {what}")
+            print("\n".join(f"      {key}" for key in keys))
+        print()
     print("schedule:   # --schedule.KEY=VALUE, or under schedule: in a --config file")
     print("\n".join("  " + line for line in describe_class(cls)))
     return 0
+
+
+def d3_presets() -> list[tuple[str, str, list[str]]]:
+    """(name, what it is, the keys it sets) of D3's two configurations, for ``d3ray schedulers d3``."""
+    from d3ray.config import FIRST_RUN_SCHEDULE
+    from d3ray.schedule.order.configs import PAPER_KEYS
+
+    default = FIRST_RUN_SCHEDULE
+    return [
+        ("d3", "the default (the no-argument run): an order by the AdamW drift potential, each chunk sorted by "
+               "f_i computed by the trainers between chunks; no S, no search, no actor",
+         [f"schedule.influence.estimator={default.influence.estimator.describe()}",
+          f"schedule.influence.preconditioner={default.influence.preconditioner}",
+          f"schedule.influence.sample_fraction={default.influence.sample_fraction}",
+          f"schedule.influence_placement={default.influence_placement} (in_trainer for the potential)",
+          f"schedule.first_chunk={default.first_chunk}", f"schedule.L={default.L}",
+          "the order: sorted by potential, no search (schedule.solver unused)"]),
+        ("d3_paper", "the paper's pipeline (schedule.type=d3_paper); --schedule.solver.type=ils is stronger than "
+                     "the paper's RSR (the log then names the departure)",
+         [f"{key}={value}" for key, (_, value) in PAPER_KEYS.items()]),
+    ]
+

@@ -22,7 +22,7 @@ import numpy as np
 
 from d3ray.solver.problem import ordering_cost
 
-__all__ = ["PotentialShortcut", "fit_potential", "potential_shortcut"]
+__all__ = ["PotentialShortcut", "fit_potential", "potential_shortcut", "sort_by_potential"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,3 +75,31 @@ def potential_shortcut(S: np.ndarray, init: np.ndarray, tol: float = 0.0) -> Pot
     if tol > 0 and ratio <= tol:
         return PotentialShortcut(order, cost, ratio, exact=False)
     return None
+
+
+def sort_by_potential(f: np.ndarray, excluded: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The order of a chunk whose S is the potential alone, S[i, j] = η·(f_j − f_i) (eq. P3 of
+    d3ray/influence/potential.py): the ascending sort by f, ties in stream order. No S is built.
+
+    It is the order the solvers' short-cut (:func:`potential_shortcut`, identity ``init``) gives for that
+    S: its fitted potential p̂_i = −(1/K)·Σ_j S[i, j] = η·(f_i − mean f) sorts as f. An excluded batch (a
+    non-finite loss or statistic) has a zero row and column in S, so p̂ = 0 there: it sorts where
+    f = the mean of the other batches' f, which is where it is placed here.
+
+    Args:
+        f: (K,) potential of the chunk's batches, in stream order (non-finite entries count as excluded).
+        excluded: (K,) bool, batches to leave out of the potential; None = none but the non-finite ones.
+
+    Returns:
+        (order, excluded): the (K,) int64 permutation, and the (K,) bool batches left out of the
+        potential (the given ones and the non-finite ones).
+    """
+    f = np.array(f, dtype=np.float64)
+    if f.ndim != 1:
+        raise ValueError(f"sort_by_potential: f must be (K,), got shape {f.shape}")
+    bad = ~np.isfinite(f)
+    if excluded is not None:
+        bad |= np.asarray(excluded, dtype=bool)
+    good = ~bad
+    f[bad] = f[good].mean() if good.any() else 0.0
+    return np.argsort(f, kind="stable").astype(np.int64), bad

@@ -160,7 +160,11 @@ class RunLogs:
                            "weights_version": chunk.weights_version, "trained_samples": sum(map(len, chunk.sample_ids)),
                            "skipped": skipped, **decision.record,
                            **({"mixture": dict(chunk.mixture)} if getattr(chunk, "mixture", None) else {})})
-        if decision.matrix is not None:
+        predicted = {f"schedule/{k}": decision.record[k] for k in ("predicted_loss_change_vs_stream_nats",
+                     "predicted_loss_change_vs_random_nats") if decision.record.get(k) is not None}
+        if predicted:  # the chunk's row in the metrics too (its first step), beside the schedule log's
+            self.log_metrics({"step": self._next_step, "chunk_id": chunk.chunk_id, **predicted})
+        if decision.matrix is not None:  # only when asked (schedule.save_matrices)
             (self.run_dir / "influence").mkdir(exist_ok=True)
             np.save(self.run_dir / "influence" / f"S_{chunk.chunk_id:06d}.npy", decision.matrix)
         if chunk.skipped:  # keyed by the chunk's first step, so a resume before it rolls it back

@@ -243,15 +243,28 @@ def raise_user_error(coordinator: Any) -> None:
         raise cause from None
 
 
+#: The schedule-log fields of D3's predicted loss change (d3ray/solver/loss_change.py), summed over the run.
+PREDICTED_FIELDS = ("predicted_loss_change_vs_stream_nats", "predicted_loss_change_vs_random_nats")
+
+
 def schedule_summary(run_dir: Path) -> dict[str, Any]:
-    """The schedule's figures from the schedule log: chunks decided, fallbacks, trainer wait, and
-    (D3) the mean reduction of the S cost against stream order."""
+    """The schedule's figures from the schedule log: chunks decided, fallbacks, trainer wait, and (D3)
+    what decided the chunks (``decided_by``: the sort of the potential, or which solver searched; how many
+    chunks a search ran for) and the chosen orders' predicted first-order loss change against stream order
+    and against the mean random order, summed over the decided chunks, in nats (d3ray/solver/loss_change.py:
+    from the same S or f that chose them, so they differ between runs, unlike the S cost a sort makes 0)."""
     rows = read_jsonl(run_dir / "schedule_log.jsonl")
     out: dict[str, Any] = {"schedule/chunks": len(rows), "schedule/fallbacks": sum(bool(r["fallback"]) for r in rows),
                            "schedule/trainer_wait_sec": sum(r["trainer_wait_sec"] for r in rows)}
-    costs = [(r["cost_stream"], r["cost_after"]) for r in rows if r.get("cost_stream")]
-    if costs:
-        out["schedule/cost_reduction"] = sum(1 - after / before for before, after in costs) / len(costs)
+    decided = [r for r in rows if r.get("decided_by")]
+    if decided:
+        kinds = sorted({r["decided_by"] for r in decided})
+        out["schedule/decided_by"] = "; ".join(f"{k} ({sum(r['decided_by'] == k for r in decided)} chunks)" for k in kinds)
+        out["schedule/estimator"] = decided[0].get("estimator")
+        out["schedule/searched_chunks"] = sum(bool(r.get("search")) for r in decided)
+        for name in PREDICTED_FIELDS:
+            out[f"schedule/{name}"] = float(sum(r[name] for r in decided if r.get(name) is not None))
+        out["schedule/predicted_chunks"] = len(decided)
     skipped = sum(sum(r.get("skipped", {}).values()) for r in rows)
     if skipped:
         out["schedule/skipped_samples"] = skipped
@@ -294,8 +307,13 @@ def print_summary(final: dict[str, Any], report: dict[str, Any]) -> None:
     if final.get("schedule/chunks"):
         line = (f"schedule: {final['schedule/chunks']} chunks decided, {final['schedule/fallbacks']} fallbacks, "
                 f"trainer wait {final['schedule/trainer_wait_sec']:.1f}s")
-        if "schedule/cost_reduction" in final:
-            line += f", S-cost reduction vs stream order {final['schedule/cost_reduction']:.0%} (mean per chunk)"
+        if "schedule/decided_by" in final:
+            line += (f"\nD3: {final['schedule/estimator']}; {final['schedule/decided_by']}, a search in "
+                     f"{final['schedule/searched_chunks']} chunks; predicted first-order loss change of the chosen "
+                     f"orders (the chunks' own batches, from the S or f that chose them, summed over "
+                     f"{final['schedule/predicted_chunks']} chunks): "
+                     f"{final['schedule/predicted_loss_change_vs_stream_nats']:+.4g} nats vs stream order, "
+                     f"{final['schedule/predicted_loss_change_vs_random_nats']:+.4g} nats vs the mean random order")
         if "schedule/skipped_samples" in final:
             line += f", {final['schedule/skipped_samples']} samples not selected"
         print(line)

@@ -9,7 +9,8 @@ them once and hands them to the coordinator (what to wait for) and to every trai
         sketch   ─► the chunks due at version v, scored by the ranks themselves: sketched on their ZeRO-3
                     shards (d3ray/train/sharded_influence.py), or under ZeRO 0-2 the drift potential alone
                     on the whole module, each rank a share of the batches (d3ray/train/trainer_potential.py);
-                    rank 0 merges each chunk's S for the coordinator
+                    rank 0 sends each chunk's S, or for the potential alone its L numbers f (sorted by the
+                    coordinator: no S is built), to the coordinator
         feedback ─► the per-sample losses of every trained chunk, from rank 0 (one call per chunk)
 
 Version v is the number of chunks trained: the train loop calls :meth:`TrainerSide.start` before its
@@ -72,23 +73,30 @@ def publish_snapshot(engine: Any, zero_stage: int, rank: int, coordinator: Any, 
 
 
 def sketch_due_chunks(scorer: Any, request: SketchRequest, total_chunks: int, coordinator: Any, version: int,
-                      rank: int) -> float:
+                      rank: int) -> dict[str, float]:
     """Sketch the chunks due at weights ``version`` and hand each chunk's S to the coordinator (rank 0
-    merges the sketches); every rank calls. Returns the seconds spent (trainer time, logged as such).
+    merges the sketches); every rank calls. Returns the seconds spent (trainer time, logged as such):
+    ``total``, and of it ``fetch`` (asking the coordinator for the batches and sharing them over the ranks)
+    and ``score`` (the scorer's pass, its collectives included).
 
     Rank 0 asks the coordinator for each chunk's batches (None: a chunk restored from a checkpoint, or
     sketched before a rollback, needs none), fetches them and broadcasts them to the other ranks (tens of
     KiB of token ids: one Ray round trip per chunk, not one per rank); then every rank scores the same
     batches together (``scorer``: a :class:`~d3ray.train.sharded_influence.ShardedScorer` or a
-    :class:`~d3ray.train.trainer_potential.TrainerPotential`).
+    :class:`~d3ray.train.trainer_potential.TrainerPotential`). The potential alone leaves rank 0 as the L
+    numbers f (a ``ChunkPotential``: the coordinator sorts them); anything else as the chunk's S.
     """
     import ray
     import torch.distributed as dist
 
-    from d3ray.influence.influence import ChunkInfluence
+    from d3ray.influence.influence import ChunkInfluence, chunk_potential
 
+    # the potential alone (no residual sketched): its order is the sort of f (D3ScheduleConfig.sorts_potential)
+    potential_only = request.influence.estimator.exact_potential and not request.influence.estimator.sketches_residual
     start = time.perf_counter()
+    fetch = score = 0.0
     for chunk_id in request.due(version, total_chunks):
+        t_fetch = time.perf_counter()
         work: list[Any] = [None]
         if rank == 0:
             asked = ray.get(coordinator.sketch_request.remote(chunk_id))
@@ -96,16 +104,21 @@ def sketch_due_chunks(scorer: Any, request: SketchRequest, total_chunks: int, co
                 refs, batch_ids = asked
                 work = [(ray.get(list(refs)), list(batch_ids))]
         dist.broadcast_object_list(work, src=0)
+        t_score = time.perf_counter()
+        fetch += t_score - t_fetch
         if work[0] is None:
             continue
         batches, batch_ids = work[0]
         sketches = scorer.score(chunk_id, batches, batch_ids)
-        if rank == 0:  # merged here: S (L² numbers) leaves the trainers, not the sketch rows
+        score += time.perf_counter() - t_score
+        if rank == 0 and potential_only:  # f (L numbers) leaves the trainers; the coordinator sorts it, no S
+            coordinator.publish_influence.remote(chunk_id, [ray.put(chunk_potential(sketches))])
+        elif rank == 0:  # merged here: S (L² numbers) leaves the trainers, not the sketch rows
             _, S, excluded = request.influence.estimator.merge([sketches], list(batch_ids))
             influence = ChunkInfluence(batch_ids=list(batch_ids), S=S, excluded=excluded, losses=sketches.losses,
                                        timings=dict(sketches.timings))
             coordinator.publish_influence.remote(chunk_id, [ray.put(influence)])
-    return time.perf_counter() - start
+    return {"total": time.perf_counter() - start, "fetch": fetch, "score": score}
 
 
 def chunk_feedback(chunk: Any, losses: np.ndarray) -> ChunkFeedback:
@@ -173,8 +186,10 @@ class TrainerSide:
             sketch = self.requests.sketch
             seconds = sketch_due_chunks(self.scorer, sketch, total_chunks(self.steps, sketch.L), self.coordinator,
                                         version, self.rank)
-            if self.logs is not None:
-                self.logs.log_metrics({"step": step, "time/in_trainer_influence_sec": seconds})
+            if self.logs is not None:  # the pass, and of it the batches' fetch and the scoring itself
+                self.logs.log_metrics({"step": step, "time/in_trainer_influence_sec": seconds["total"],
+                                       "time/in_trainer_fetch_sec": seconds["fetch"],
+                                       "time/in_trainer_score_sec": seconds["score"]})
 
     def save(self, directory: Path) -> None:
         """Into a checkpoint directory: this rank's sketcher state (nothing without a sketch request)."""

@@ -55,8 +55,12 @@ def seeded_default_run(root: Path) -> dict:
     for cid, order in orders.items():  # position p trained stream batch order[p]
         by_stream = {order[p]: ids for p, ids in trained[int(cid)].items()}
         stream[cid] = [by_stream[b] for b in range(len(order))]
+    placement = json.loads((run_dir / "placement.json").read_text())
     return {"orders": orders, "stream_batches": stream,
             "fallbacks": sum(bool(r["fallback"]) for r in schedule),
+            "decided_by": [r.get("decided_by") for r in schedule[1:]],  # chunk 0: stream order (first_chunk)
+            "predicted": [r.get("predicted_loss_change_vs_random_nats") for r in schedule[1:]],
+            "actors": {role: placement.get(role) for role in ("influence", "solver")},
             "losses": [r["train/loss"] for r in sorted(metrics, key=lambda r: r["step"])]}
 
 
@@ -68,6 +72,10 @@ def test_d3_default_run_picks_the_recorded_orders_and_losses(tmp_path):
         "record it again with python -m tests.integration.test_d3_default_order " + str(FIXTURE))
     assert now["fallbacks"] == recorded["fallbacks"] == 0
     assert now["orders"] == recorded["orders"]
+    # ... now decided by the sort of the trainers' f in the coordinator: no solver, no actor
+    assert set(now["decided_by"]) == {"sorted by potential, no search"}
+    assert now["actors"] == {"influence": [], "solver": None}
+    assert all(p is not None and p <= 0 for p in now["predicted"])  # the sort puts every positive weight forward
     assert any(o != sorted(o) for o in now["orders"].values())  # the orders are not all stream order
     assert now["losses"] == pytest.approx(recorded["losses"], rel=1e-6, abs=1e-7)
 

@@ -5,6 +5,7 @@ registered solver's search finds that sort, and the solver layer's short-cut ret
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -58,3 +59,27 @@ def test_potential_shortcut_exact_only_when_the_sort_is_optimal(f, seed, scale) 
         assert loose.residual_ratio <= 0.25 and loose.cost == ordering_cost(S, loose.order) > 0
         result = IlsConfig(max_iters=20, potential_tol=0.25).build().solve(S, init=init)
         assert result.stats["exact"] is False and result.stats["residual_ratio"] <= 0.25
+
+
+@settings(max_examples=60, deadline=None)
+@given(f=st.lists(st.integers(-50, 50), min_size=1, max_size=16).map(lambda v: np.array(v) * 1e-3),
+       eta=st.floats(1e-4, 1.0), data=st.data())
+def test_sort_by_potential_is_the_default_solvers_order_for_the_same_s(f, eta, data) -> None:
+    """The coordinator's sort of f (no S) picks the order the default solver picked from S = η·(f_j − f_i)
+    with the excluded batches' rows and columns zeroed, as d3ray/influence/influence.py merges it
+    (issue 50.5: the default's order does not change)."""
+    from d3ray.solver.loss_change import forward_weight, potential_forward_weight
+    from d3ray.solver.potential import sort_by_potential
+
+    K = f.shape[0]
+    excluded = np.array(data.draw(st.lists(st.booleans(), min_size=K, max_size=K)))
+    S = potential_antisymmetric(np.where(excluded, 0.0, f), eta)
+    S[excluded, :] = 0.0
+    S[:, excluded] = 0.0
+    order, left_out = sort_by_potential(f, excluded)
+    assert left_out.tolist() == excluded.tolist()
+    assert sorted(order.tolist()) == list(range(K))
+    assert ordering_cost(S, order) == 0.0  # optimal for S, as the solver's order
+    assert order.tolist() == IlsConfig().build().solve(S).order.tolist()  # ties, all-zero S included
+    for perm in (order, np.arange(K), order[::-1]):
+        assert potential_forward_weight(f, perm, eta, excluded) == pytest.approx(forward_weight(S, perm), abs=1e-9)

@@ -77,22 +77,25 @@ def test_census_branches_exactly_the_schedules_whose_decisions_permute_the_strea
             check_inputs(load_run(tmp_path), options)
 
 
-@pytest.mark.parametrize(("overrides", "in_actor", "in_coordinator"), [
-    ([], False, True),  # the default: drift, residual none, the AdamW step, scored by the trainers (auto)
-    (["--schedule.influence_placement=actors"], True, False),  # one influence actor
-    (["--schedule.influence_num_gpus=0.25"], True, False),  # auto: actors given a GPU share of their own
-    (["--schedule.influence.estimator.residual=sketch"], False, False),  # a sketched residual: a search may be needed
-    (["--schedule.influence_placement=actors", "--schedule.influence_actors=2"], False, False),  # parts merged apart
-    (["--schedule.influence.preconditioner=none"], False, False),  # no optimizer state: not the drift potential
-    (["--schedule.influence.estimator.type=lookahead"], False, False),
-    (["--schedule.influence_placement=in_trainer", "--train.zero_stage=3"], False, True),  # the trainers' potential
+@pytest.mark.parametrize(("overrides", "in_actor", "in_coordinator", "sorts"), [
+    ([], False, True, True),  # the default: drift, residual none, the AdamW step, scored by the trainers (auto)
+    (["--schedule.influence_placement=actors"], True, False, True),  # one influence actor
+    (["--schedule.influence_num_gpus=0.25"], True, False, True),  # auto: actors given a GPU share of their own
+    (["--schedule.influence.estimator.residual=sketch"], False, False, False),  # a sketched residual: a search may be needed
+    (["--schedule.influence_placement=actors", "--schedule.influence_actors=2"], False, False, True),  # f's shares joined, sorted
+    (["--schedule.solver.type=exact"], False, False, False),  # the reference solver: S built and searched
+    (["--schedule.influence.preconditioner=none"], False, False, False),  # no optimizer state: not the drift potential
+    (["--schedule.influence.estimator.type=lookahead"], False, False, False),
+    (["--schedule.influence_placement=in_trainer", "--train.zero_stage=3"], False, True, True),  # the trainers' potential
     (["--schedule.influence_placement=in_trainer", "--train.zero_stage=3", "--schedule.influence.estimator.type=first_order"],
-     False, False),  # the trainers' sketches: the solver actor searches
+     False, False, False),  # the trainers' sketches: the solver actor searches
 ])
-def test_the_potential_alone_is_ordered_where_it_is_scored_and_asks_for_no_solver(overrides, in_actor, in_coordinator):
+def test_the_potential_alone_is_ordered_where_it_is_scored_and_asks_for_no_solver(overrides, in_actor, in_coordinator,
+                                                                                 sorts):
     cfg = _schedule("--schedule.type=d3", *overrides)
     assert cfg.sorts_in_influence_actor is in_actor
     assert cfg.sorts_in_coordinator is in_coordinator
+    assert cfg.sorts_potential is sorts  # several actors' shares of f: joined and sorted, no solver either
     roles = [r.role for r in cfg.actor_requests()]
-    assert ("solver" not in roles) is (in_actor or in_coordinator)
+    assert ("solver" not in roles) is sorts
     assert ("influence" in roles) is not cfg.in_trainer

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from d3ray.influence.config import InfluenceConfig
+from d3ray.influence.config import InfluenceConfig, SjltSketchConfig
+from d3ray.influence.estimators import HutchinsonConfig
 from d3ray.schedule.config import ScheduleConfig
 from d3ray.schedule.scheduler import (
     SNAPSHOT_DTYPES,
@@ -16,14 +17,23 @@ from d3ray.schedule.scheduler import (
     SnapshotRequest,
     TrainerRequests,
 )
-from d3ray.solver import IlsConfig, SolverConfig
+from d3ray.solver import IlsConfig, RsrConfig, SolverConfig
 from d3ray.solver.pool import SolverPoolConfig
 
 
 @ScheduleConfig.register("d3")
 @dataclass(frozen=True, kw_only=True)
 class D3ScheduleConfig(ScheduleConfig):
-    """D3: order each chunk by sketched second-order influence (Xu et al. 2026, §3)."""
+    """D3, by default an order by the AdamW drift potential: each chunk sorted by f_i, no search (the paper's
+    pipeline is ``d3_paper``).
+
+    Xu et al. 2026, §3 order each chunk by the directional advantage S of its batches' influence. With the
+    defaults (``influence``: ``drift``, ``residual: none``, the AdamW step) S is the exact drift potential
+    alone, S[i, j] = η·(f_j − f_i) (d3ray/influence/potential.py, eq. P3): the trainers compute the L
+    numbers f_i between chunks and the coordinator sorts them (the LOP's optimum, no S built, no solver,
+    no actor; docs/design/d3-default-order.md). An estimator that sketches, or ``solver: exact``, gets S
+    and the solver pool. ``d3ray schedulers d3`` lists the presets.
+    """
 
     kind = Kind.ORDER
     paper = "Xu et al. 2026, Dynamic Directional Graph-Constrained Data Scheduling (arXiv 2605.31164)"
@@ -72,8 +82,10 @@ class D3ScheduleConfig(ScheduleConfig):
     niceness 19 on the 2-core box (README.md, "Benchmarks"). Influence latency then depends on the trainers' idle time: an order not ready when
     the trainers need it makes them wait (the actor then has the cores; ``deadline_s``, then the
     fallback). Linux only (elsewhere: a warning, and the niceness alone)."""
-    save_matrices: bool = True
-    """Keep each chunk's S in the decision (rank 0 saves it under ``<run_dir>/influence/``)."""
+    save_matrices: bool = False
+    """Write each chunk's S under ``<run_dir>/influence/S_<chunk>.npy`` (trainer rank 0; for the
+    potential, S = η·(f_j − f_i) is built for it). Off by default: the schedule log already holds what
+    decided each chunk (``potential``: the L numbers f of a sort), and the files cost the trainers time."""
     first_chunk: Literal["scored", "stream"] = "scored"
     """Chunk 0 of a run: ``scored`` orders it like every chunk, from the
     initial weights (version 0, which trainer rank 0 publishes before its first step), and the trainers'
@@ -140,26 +152,44 @@ class D3ScheduleConfig(ScheduleConfig):
                 and self.influence.needs_optimizer_state and not estimator.sketches_residual)
 
     @property
+    def sorts_potential(self) -> bool:
+        """The order is the sort of the potential f (:attr:`orders_by_potential`; every solver but the
+        ``exact`` reference finds that sort anyway, d3ray/solver/potential.py): no S is built and no
+        solver runs; the schedule log says ``decided_by: sorted by potential, no search``."""
+        return self.orders_by_potential and self.solver.type_name != "exact"
+
+    @property
     def sorts_in_influence_actor(self) -> bool:
-        """One influence actor and S the potential alone (:attr:`orders_by_potential`): that actor merges
-        and orders the chunk itself, and no solver actor (nor a merge task) is started: one hop per
-        chunk instead of three."""
-        return not self.in_trainer and self.influence_actors == 1 and self.orders_by_potential
+        """One influence actor and :attr:`sorts_potential`: that actor sorts its f itself, and no solver
+        actor (nor a merge task) is started: one hop per chunk instead of three."""
+        return not self.in_trainer and self.influence_actors == 1 and self.sorts_potential
 
     @property
     def sorts_in_coordinator(self) -> bool:
-        """``in_trainer`` and S the potential alone: the coordinator sorts the trainers' S itself (the
-        certified sort, microseconds), and no solver actor is started."""
-        return self.in_trainer and self.orders_by_potential
+        """``in_trainer`` and :attr:`sorts_potential`: the trainers send the chunk's f (L numbers) and the
+        coordinator sorts them in place (microseconds); no solver actor is started."""
+        return self.in_trainer and self.sorts_potential
+
+    def unused_keys(self) -> list[str]:
+        """Keys set away from their default that this config does not use (the run's log names them):
+        a search solver when the order is the sort of the potential."""
+        if self.sorts_potential and self.solver != IlsConfig():
+            return [f"schedule.solver.type={self.solver.type_name} (schedule.influence gives the drift potential "
+                    f"alone: the order is its sort, no search)"]
+        return []
+
+    def preset_departures(self) -> list[str]:
+        """The keys of a preset this config no longer holds (none for plain ``d3``)."""
+        return []
 
     def actor_requests(self) -> list[ActorRequest]:
         solver = ActorRequest("solver", self.solver_pool.num_actors,
                               {"CPU": self.solver_pool.num_cpus, **self.solver_pool.resources})
         if self.in_trainer:
-            return [] if self.sorts_in_coordinator else [solver]
+            return [] if self.sorts_potential else [solver]
         influence = {"CPU": self.influence_num_cpus, "GPU": self.influence_num_gpus, **self.influence_resources}
         return [ActorRequest("influence", self.influence_actors, influence),
-                *([] if self.sorts_in_influence_actor else [solver])]
+                *([] if self.sorts_potential else [solver])]
 
     def summary_fields(self) -> dict[str, str]:
         return {"gamma_changes_order": "yes" if self.influence.gamma_changes_order else "no"}
@@ -178,6 +208,66 @@ class D3ScheduleConfig(ScheduleConfig):
         return self.influence_actors
 
     permutes_stream_batches: ClassVar[bool] = True
+
+
+def _paper_influence() -> InfluenceConfig:
+    return InfluenceConfig(estimator=HutchinsonConfig(), preconditioner="none", sketch=SjltSketchConfig(k=3500))
+
+
+#: The keys ``d3_paper`` sets, with their values as ``d3ray schedulers d3`` prints them and the run's log
+#: compares them (a getter on the config, the value shown).
+PAPER_KEYS: dict[str, tuple] = {
+    "schedule.influence.estimator.type": (lambda c: c.influence.estimator.type_name, "hutchinson"),
+    "schedule.influence.preconditioner": (lambda c: c.influence.preconditioner, "none"),
+    "schedule.influence.sketch.type": (lambda c: c.influence.sketch.type_name, "sjlt"),
+    "schedule.influence.sketch.k": (lambda c: getattr(c.influence.sketch, "k", None), 3500),
+    "schedule.L": (lambda c: c.L, 60),
+    "schedule.solver.type": (lambda c: c.solver.type_name, "rsr"),
+    "schedule.influence_placement": (lambda c: c.placement, "actors"),
+    "schedule.staleness": (lambda c: c.staleness, 1),
+}
+
+
+@ScheduleConfig.register("d3_paper")
+@dataclass(frozen=True, kw_only=True)
+class D3PaperScheduleConfig(D3ScheduleConfig):
+    """D3 as the paper runs it: second-order influence with the Hutchinson diagonal Hessian and the plain
+    step −γ·∇ℓ, sketched (JL, k = 3500), L = 60, ordered by Random-Swap Refinement (RSR), influence and
+    solver actors one chunk ahead.
+
+    Every other key is d3's. A key given on top overrides the preset, and the run's log (and every schedule
+    log row's ``preset_departures``) names the preset keys it no longer holds, e.g. ``--schedule.solver.type=ils``
+    (iterated local search: a stronger solver than the paper's RSR, d3ray/solver/README.md). A key that
+    contradicts the preset is refused: in-trainer influence (the paper's estimator needs a double backward
+    on whole parameters, in actors), or an estimator whose S is a potential (its order is a sort: RSR
+    would search nothing; use ``schedule.type=d3``).
+    """
+
+    paper = "Xu et al. 2026, Dynamic Directional Graph-Constrained Data Scheduling (arXiv 2605.31164), §3-4"
+
+    L: int = 60
+    influence: InfluenceConfig = field(default_factory=_paper_influence)
+    solver: SolverConfig = field(default_factory=RsrConfig)
+    influence_placement: Literal["auto", "actors", "in_trainer"] = "actors"
+
+    def __post_init__(self) -> None:
+        if self.influence_placement == "in_trainer":
+            raise ValueError(f"schedule.type=d3_paper computes influence in actors one chunk ahead; "
+                             f"schedule.influence_placement={self.influence_placement} contradicts it (the trainers "
+                             f"score the drift potential: schedule.type=d3)")
+        if self.orders_by_potential:
+            raise ValueError(f"schedule.type=d3_paper searches with schedule.solver.type={self.solver.type_name}, but "
+                             f"schedule.influence.estimator={self.influence.estimator.describe()} with preconditioner "
+                             f"{self.influence.preconditioner} gives a potential, whose order is its sort: use "
+                             f"schedule.type=d3")
+        super().__post_init__()
+
+    def preset_departures(self) -> list[str]:
+        out = []
+        for key, (get, value) in PAPER_KEYS.items():
+            if get(self) != value:
+                out.append(f"{key}={get(self)} (paper: {value})")
+        return out
 
 
 @ScheduleConfig.register("curriculum")
