@@ -135,6 +135,8 @@ def _summarise(run_dir: Path, final: dict[str, Any], L: int) -> dict[str, Any]:
     if scoring:  # influence_placement in_trainer: trainer time spent sketching (not wait)
         out["in_trainer_influence_sec"] = float(sum(scoring))
         out["in_trainer_influence_fraction"] = float(sum(scoring) / train_s)
+        for part in ("fetch", "score"):  # the pass split: the batches' fetch, and the scoring itself
+            out[f"in_trainer_{part}_sec"] = float(sum(r.get(f"time/in_trainer_{part}_sec") or 0.0 for r in metrics))
     if any("influence_bytes" in r for r in schedule):
         out["influence_bytes_per_chunk"] = float(np.mean([r["influence_bytes"] for r in schedule if "influence_bytes" in r]))
         numel = _model_numel(run_dir)
@@ -350,7 +352,8 @@ def run(args: argparse.Namespace) -> int:
           f"{mine['first_chunk_wait_sec']:.2f} s (chunk 0 in stream order in {mine.get('first_chunk_stream_order', 0)} runs)")
     if "in_trainer_influence_fraction" in mine:
         print(f"in-trainer sketching {mine['in_trainer_influence_fraction']:.1%} of training time (trainer time, "
-              f"not wait)")
+              f"not wait): fetch {mine.get('in_trainer_fetch_sec', 0.0):.2f} s, score "
+              f"{mine.get('in_trainer_score_sec', 0.0):.2f} s (per run)")
     if "influence_bytes_vs_fp32_snapshot" in mine:
         print(f"influence bytes per chunk (to the scheduler) {mine['influence_bytes_per_chunk']:.0f} = "
               f"{mine['influence_bytes_vs_fp32_snapshot']:.3%} of a float32 full-weight snapshot")
