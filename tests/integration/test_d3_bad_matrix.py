@@ -73,3 +73,21 @@ def test_d3_searches_a_searchable_s_and_logs_the_solver_and_the_predicted_change
     assert record["predicted_loss_change_vs_stream_nats"] == pytest.approx(-(chosen - forward_weight(S, range(6))) / 2)
     assert record["predicted_loss_change_vs_random_nats"] < 0  # the search put the positive weight forward
     assert decision.matrix is None  # S is written only when asked (save_matrices)
+
+
+def test_d3_paper_with_an_overridden_solver_searches_with_it_and_each_row_names_the_departure(ray_cluster):
+    from d3ray.config import RunConfig
+    from d3ray.config_loading import load_config
+
+    ray = ray_cluster
+    cfg = load_config(RunConfig, None, ["--schedule.type=d3_paper", "--schedule.solver.type=ils",
+                                        "--schedule.solver.max_iters=50"]).schedule
+    pool = cfg.solver_pool.build(cfg.solver)
+    try:
+        S_ref = ray.put(_antisymmetric(6, 2))
+        decision = D3Pending(cfg, 1, 6, S_ref, ray.put({"influence_sec": 0.1}), pool.submit(1, S_ref, seed=0),
+                             time.perf_counter()).result(120.0)
+    finally:
+        pool.shutdown()
+    assert decision.record["scheduler"] == "d3_paper" and decision.record["decided_by"] == "searched by ils"
+    assert decision.record["preset_departures"] == ["schedule.solver.type=ils (paper: rsr)"]
