@@ -30,8 +30,9 @@ def numpy_safe_globals() -> list[Any]:
     return [np.ndarray, np.dtype, _reconstruct, *(type(np.dtype(getattr(np, t))) for t in _NUMPY_TYPES)]
 
 
-def load_data(path: str | Path, allow: Sequence[Any] = (), map_location: Any = None) -> Any:
-    """``torch.load(path, weights_only=True)``, NumPy arrays and ``allow`` (classes of ours) allowed.
+def load_data(path: str | Path, allow: Sequence[Any] = (), map_location: Any = None, mmap: bool = False) -> Any:
+    """``torch.load(path, weights_only=True)``, NumPy arrays and ``allow`` (classes of ours) allowed;
+    ``mmap``: tensors memory-mapped, not read (a header read of a large file).
 
     Raises:
         pickle.UnpicklingError: the file holds something else (it is not run).
@@ -39,4 +40,4 @@ def load_data(path: str | Path, allow: Sequence[Any] = (), map_location: Any = N
     import torch
 
     with torch.serialization.safe_globals([*numpy_safe_globals(), *allow]):
-        return torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from d3ray.errors import UserError
+from d3ray.safe_load import load_data
 from d3ray.train.checkpoint import DS_TAG
 
 MODEL_STATES = "mp_rank_00_model_states.pt"
@@ -59,9 +60,8 @@ class CheckpointLayout:
 
 
 def _load(path: Path) -> dict[str, Any]:
-    import torch
-
-    return torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    """A DeepSpeed model-states file's header, as data only (its tensors memory-mapped, not read)."""
+    return load_data(path, map_location="cpu", mmap=True)
 
 
 def checkpoint_layout(checkpoint: Path) -> CheckpointLayout:
@@ -199,7 +199,7 @@ def load_merged(engine, checkpoint: Path) -> None:
     engine.skipped_steps = state.counters["skipped_steps"]
     rng_file = Path(checkpoint) / "rng_rank0.pt"
     if rng_file.exists():
-        rng = torch.load(rng_file, weights_only=False)
+        rng = load_data(rng_file)  # weights only, NumPy arrays allowed (d3ray/safe_load.py)
         torch.set_rng_state(rng["torch"])
         np.random.set_state(rng["numpy"])
         random.setstate(rng["python"])

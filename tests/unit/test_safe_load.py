@@ -52,3 +52,16 @@ def test_load_data_refuses_a_file_that_would_run_code(tmp_path: Path, monkeypatc
     with pytest.raises(pickle.UnpicklingError):
         load_data(tmp_path / "rng_rank0.pt")
     assert not (tmp_path / "ran-code").exists()
+
+
+def test_every_torch_load_of_d3ray_goes_through_load_data() -> None:
+    """No module of ours calls ``torch.load`` itself (only ``d3ray/safe_load.py``, weights only): a file from
+    elsewhere never runs code through d3ray's own reads (DeepSpeed's loader is its own, README "Security")."""
+    import re
+
+    from tests.conftest import REPO
+
+    calls = [f"{path.relative_to(REPO)}:{n}" for path in sorted((REPO / "d3ray").rglob("*.py"))
+             if path.name != "safe_load.py"
+             for n, line in enumerate(path.read_text().splitlines(), 1) if re.search(r"\btorch\.load\(", line)]
+    assert calls == [], f"torch.load outside d3ray/safe_load.py: {calls}"
