@@ -85,10 +85,10 @@ def prepare_corpus(data: DataConfig) -> Corpus:
     sampled = check_records_sample(train, data, "data.train_paths")  # before a tokenizer is trained on them
     if validation:
         check_records_sample(validation, data, "data.validation_paths")
-    check_first_records(train, data, "data.train_paths")
+    whole = check_first_records(train, data, "data.train_paths")
     if validation:
         check_first_records(validation, data, "data.validation_paths")
-    line = domains_line(data, sampled, listed)
+    line = domains_line(data, whole or sampled, listed, whole is not None)
     logger.info(line)
     return Corpus(data, train, validation, line)
 
@@ -218,8 +218,9 @@ def assign_path_domains(train: Listing, validation: Listing) -> tuple[list[Shard
     return out_train, out_validation
 
 
-def domains_line(data: DataConfig, sampled: Counter[str], listed: bool) -> str:
-    """One line: the run's domains, the good records of each in the sample, and where they come from."""
+def domains_line(data: DataConfig, sampled: Counter[str], listed: bool, whole: bool = False) -> str:
+    """One line: the run's domains, the good records of each (in the sample, or ``whole``: in the corpus),
+    and where they come from."""
     how = {
         "path": f"from the data paths' folder names (the records have no {data.domain_key!r})",
         "folder": "from the folder names", "file": "from the file names",
@@ -229,15 +230,19 @@ def domains_line(data: DataConfig, sampled: Counter[str], listed: bool) -> str:
     if not listed and data.layout != "path":
         how += ", among data.domains"
     shown = [d for d in data.domains if sampled.get(d)] if len(data.domains) > 8 else list(data.domains)
-    parts = ", ".join(f"{d} ({sampled.get(d, 0)} records sampled)" for d in shown)
-    rest = f" and {len(data.domains) - len(shown)} more without records sampled" if len(shown) < len(data.domains) \
+    unit = "records" if whole else "records sampled"
+    parts = ", ".join(f"{d} ({sampled.get(d, 0)} {unit})" for d in shown)
+    rest = f" and {len(data.domains) - len(shown)} more without {unit}" if len(shown) < len(data.domains) \
         else ""
     return f"domains: {parts}{rest}, {how}"
 
 
-def check_first_records(shards: Sequence[Shard], cfg: DataConfig, field: str) -> None:
+def check_first_records(shards: Sequence[Shard], cfg: DataConfig, field: str) -> Counter[str] | None:
     """``data.max_bad_fraction`` on the first ``data.min_records_before_check`` records of ``shards`` in reading
     order (all of them when there are fewer): what the run would check first, checked before it starts.
+
+    Returns:
+        The good records per domain when that was every record of ``shards`` (a small corpus), else None.
 
     Raises:
         BadRecordFractionError: too many of them are bad; the message names the field, the worst file, its
@@ -245,21 +250,26 @@ def check_first_records(shards: Sequence[Shard], cfg: DataConfig, field: str) ->
     """
     limit = cfg.min_records_before_check
     if not limit:
-        return
+        return None
     ledger = BadRecordLedger(log_first=0)
+    good: Counter[str] = Counter()
+    complete = True
     for shard in shards:
         for doc in iter_documents(shard, cfg.layout, cfg.domains, cfg.max_record_bytes, text_key=cfg.text_key,
                                   domain_key=cfg.domain_key):
-            ledger.record(doc)
             if ledger.total >= limit:
+                complete = False
                 break
-        if ledger.total >= limit:
+            ledger.record(doc)
+            good[doc.domain] += not doc.is_bad
+        if not complete:
             break
     try:
         ledger.check(cfg.max_bad_fraction)
     except BadRecordFractionError as err:
-        which = f"the first {ledger.total} records" if ledger.total >= limit else f"all {ledger.total} records"
+        which = f"all {ledger.total} records" if complete else f"the first {ledger.total} records"
         raise BadRecordFractionError(f"{field}: {which}: {err}") from None
+    return +good if complete else None
 
 
 def shard_splits(shards: Sequence[Shard]) -> dict[str, str]:

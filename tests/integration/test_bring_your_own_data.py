@@ -112,7 +112,7 @@ def test_a_plain_text_corpus_trains_with_no_data_flags(ray_cluster, tmp_path, ca
     out, _ = run_cli(["pretrain", f"--output_dir={tmp_path / 'runs'}", "--name=plain", f"--data.train_paths=[{train}]",
                       f"--data.validation_paths=[{validation}]", "--train.steps=8", "--schedule.type=random"], capsys)
     names = domains if len(domains) > 1 else ["train"]
-    line = ", ".join(f"{d} (64 records sampled)" for d in names)  # the first 64 records of each file
+    line = ", ".join(f"{d} (120 records)" for d in names)  # a small corpus: every record read before the run
     assert f"domains: {line}, from the data paths' folder names (the records have no 'meta.redpajama_set_name')" in out
     run_dir = tmp_path / "runs" / "plain"
     final = json.loads((run_dir / "final_metrics.json").read_text())

@@ -36,7 +36,7 @@ def test_a_plain_text_corpus_is_one_domain_named_after_its_folder_with_validatio
                                        validation_paths=[str(tmp_path / "validation")]))
     assert (corpus.data.layout, corpus.data.domains) == ("path", ["train"])
     assert [s.domain for s in corpus.validation] == ["train"]
-    assert corpus.domains_line == ("domains: train (12 records sampled), from the data paths' folder names "
+    assert corpus.domains_line == ("domains: train (12 records), from the data paths' folder names "
                                    "(the records have no 'meta.redpajama_set_name')")
     docs = [d for s in corpus.validation for d in iter_documents(s, "path", corpus.data.domains)]
     assert len(docs) == 4 and {d.domain for d in docs} == {"train"} and not any(d.is_bad for d in docs)
@@ -52,7 +52,7 @@ def test_subfolders_are_domains_and_validation_pairs_with_them_by_name(tmp_path)
     assert corpus.data.domains == ["code", "web"]
     assert {s.name: s.domain for s in corpus.validation} == {
         "held/code/c.jsonl": "code", "held/web/data-00000-of-00001.arrow": "web"}
-    assert corpus.domains_line.startswith("domains: code (12 records sampled), web (12 records sampled), from the")
+    assert corpus.domains_line.startswith("domains: code (12 records), web (12 records), from the")
 
 
 def test_paths_of_the_same_folder_name_are_made_unique_and_validation_pairs_by_order(tmp_path):
@@ -87,7 +87,9 @@ def test_slimpajama_and_redpajama_folder_corpora_keep_their_domains(tmp_path):
     write_jsonl(tmp_path / "rp" / "arxiv" / "a.jsonl", RECORDS)
     rp = prepare_corpus(DataConfig(train_paths=[str(tmp_path / "rp")]))
     assert rp.data.layout == "auto" and rp.data.domains == list(DataConfig().domains)
-    assert "RedPajamaArXiv (12 records sampled)" in rp.domains_line
+    assert "RedPajamaArXiv (12 records), RedPajamaBook (0 records)" in rp.domains_line
+    big = prepare_corpus(DataConfig(train_paths=[str(tmp_path / "rp")], min_records_before_check=10))
+    assert "RedPajamaArXiv (12 records sampled), RedPajamaBook (0 records sampled)" in big.domains_line
 
 
 def test_explicit_domains_are_not_replaced_by_the_paths(tmp_path):

@@ -61,7 +61,7 @@ def test_prepare_plain_corpus_takes_its_domain_from_its_folder(tmp_path):
                                     tokenizer=TokenizerConfig(vocab_size=300)))
     prepared = prepare_data(cfg)
     assert (prepared.data.layout, prepared.data.domains) == ("path", ["train"])
-    assert prepared.domains_line.startswith("domains: train (50 records sampled), from the data paths' folder names")
+    assert prepared.domains_line.startswith("domains: train (50 records), from the data paths' folder names")
     assert prepared.vocab_size > 257
 
 
