@@ -163,7 +163,9 @@ class DataConfig:
             raise ValueError(
                 f"data.domains=[] (the corpus' own domains) needs a layout whose folders or files name the "
                 f"domains ({', '.join(LISTING_LAYOUTS)}), not data.layout={self.layout}; list the domains "
-                f"(`d3ray data inspect PATH --domains any` shows the corpus' own) or set --data.layout=folder")
+                f"(`d3ray data inspect PATH --domains any` shows the corpus' own), set --data.layout=folder (or path), "
+                f"or leave data.domains out: records without {self.domain_key!r} then take their domains from the "
+                f"data paths")
         for name in ("text_key", "domain_key"):
             key = getattr(self, name)
             if not key or "" in key.split("."):
