@@ -65,3 +65,19 @@ def test_every_torch_load_of_d3ray_goes_through_load_data() -> None:
              if path.name != "safe_load.py"
              for n, line in enumerate(path.read_text().splitlines(), 1) if re.search(r"\btorch\.load\(", line)]
     assert calls == [], f"torch.load outside d3ray/safe_load.py: {calls}"
+
+
+def test_the_influence_benchmark_weights_cache_reads_back_as_data(tmp_path: Path) -> None:
+    """A cached snapshot as ``bench/influence_setup.trained_weights`` writes it (NumPy weights and moments,
+    the optimizer's hyperparameters), read by its ``_load``."""
+    from d3ray.bench.influence_setup import _load
+
+    weights = {"w": np.linspace(0, 1, 6, dtype=np.float32).reshape(2, 3)}
+    optimizer = {"lr": 1e-3, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1, "step": 5,
+                 "exp_avg": {"w": np.full((2, 3), 0.5, np.float32)}, "exp_avg_sq": {"w": np.full((2, 3), 0.25, np.float32)},
+                 "max_grad_norm": 1.0}
+    torch.save({"steps": 5, "weights": weights, "optimizer": optimizer, "loss": 2.5}, tmp_path / "gpt2_x_5.pt")
+    snap = _load(tmp_path / "gpt2_x_5.pt")
+    assert (snap.steps, snap.loss, snap.optimizer.step, snap.optimizer.betas) == (5, 2.5, 5, (0.9, 0.95))
+    assert np.array_equal(snap.weights["w"], weights["w"]) and np.array_equal(snap.optimizer.exp_avg_sq["w"],
+                                                                                 optimizer["exp_avg_sq"]["w"])
