@@ -75,13 +75,9 @@ def prepare_corpus(data: DataConfig) -> Corpus:
     train_listing = field_listing(data.train_paths, "data.train_paths")
     validation_listing = field_listing(data.validation_paths, "data.validation_paths") \
         if data.validation_paths else Listing([], [], [])
-    if domains_from_paths(data, train_listing.shards):
-        data = dataclasses.replace(data, layout="path", domains=[])
-    train, validation = train_listing.shards, validation_listing.shards
-    if data.layout == "path":
-        train, validation = assign_path_domains(train_listing, validation_listing)
-    listed = not data.domains
-    data = resolve_domains(data, train)
+    given = data
+    data, train, validation = listing_domains(data, train_listing, validation_listing)
+    listed = not given.domains or data.layout != given.layout  # the domains are the listing's
     sampled = check_records_sample(train, data, "data.train_paths")  # before a tokenizer is trained on them
     if validation:
         check_records_sample(validation, data, "data.validation_paths")
@@ -97,11 +93,9 @@ def resolve_listing(data: DataConfig, field: str = "data.train_paths") -> tuple[
     """The training paths alone, as :func:`prepare_corpus` resolves them (listing, domains; no record checks):
     ``(data with its domains, shards, the line saying the domains)``; ``d3ray data inspect`` uses it."""
     listing = field_listing(data.train_paths, field)
-    if domains_from_paths(data, listing.shards):
-        data = dataclasses.replace(data, layout="path", domains=[])
-    shards = assign_path_domains(listing, Listing([], [], []))[0] if data.layout == "path" else listing.shards
-    listed = not data.domains
-    data = resolve_domains(data, shards)
+    given = data
+    data, shards, _ = listing_domains(data, listing, Listing([], [], []))
+    listed = not given.domains or data.layout != given.layout
     sampled: Counter[str] = Counter()
     for shard in _spread(shards, 8):
         for n, doc in enumerate(iter_documents(shard, data.layout, data.domains, data.max_record_bytes,
@@ -110,6 +104,18 @@ def resolve_listing(data: DataConfig, field: str = "data.train_paths") -> tuple[
                 break
             sampled[doc.domain] += not doc.is_bad
     return data, shards, domains_line(data, sampled, listed)
+
+
+def listing_domains(data: DataConfig, train: Listing,
+                    validation: Listing) -> tuple[DataConfig, list[Shard], list[Shard]]:
+    """``data`` with its domains resolved for the listed shards, and the shards (with their domains in
+    layout ``path``, which a corpus without a domain field takes: :func:`domains_from_paths`)."""
+    if domains_from_paths(data, train.shards):
+        data = dataclasses.replace(data, layout="path", domains=[])
+    train_shards, validation_shards = train.shards, validation.shards
+    if data.layout == "path":
+        train_shards, validation_shards = assign_path_domains(train, validation)
+    return resolve_domains(data, train_shards), train_shards, validation_shards
 
 
 def field_listing(paths: Sequence[str], field: str) -> Listing:
