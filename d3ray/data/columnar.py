@@ -95,7 +95,7 @@ def read_schema(shard: Shard) -> pa.Schema:
         pyarrow.ArrowException, OSError: the file is not readable parquet or Arrow IPC.
     """
     with fsspec.open(shard.uri, "rb") as f:
-        if shard.uri.endswith(".parquet"):
+        if shard.uri.lower().endswith(".parquet"):
             import pyarrow.parquet as pq
 
             return pq.ParquetFile(f).schema_arrow
@@ -116,7 +116,7 @@ def iter_column_batches(shard: Shard, keys: Sequence[str] | None, start: ShardPo
     start = start or ShardPosition()
     skip = start.offset - start.frame_start
     with fsspec.open(shard.uri, "rb") as f:
-        if shard.uri.endswith(".parquet"):
+        if shard.uri.lower().endswith(".parquet"):
             yield from _parquet_batches(f, keys, start.frame_offset, skip, batch_rows)
         else:
             yield from _arrow_batches(f, keys, start.frame_offset, skip, batch_rows)

@@ -203,3 +203,10 @@ def test_sft_paths_read_every_json_kind_and_name_the_other_files(tmp_path, caplo
     assert "sft/c.csv" in caplog.records[0].getMessage()
     records = read_sft_records(cfg.paths, fields=cfg.fields())
     assert [r.messages[-1][1] for r in records] == [str(a + 3) for a in range(6)] * 2
+
+
+def test_upper_case_columnar_suffixes_are_read_as_their_kind(tmp_path):
+    write_parquet(tmp_path / "c" / "a.PARQUET", {"text": ["x", "y"]})
+    save_hf_dataset(tmp_path / "hf", {"text": ["z"]})
+    (tmp_path / "hf" / "data-00000-of-00001.arrow").rename(tmp_path / "c" / "b.ARROW")
+    assert texts_of(tmp_path / "c") == ["x", "y", "z"]
