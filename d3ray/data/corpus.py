@@ -110,8 +110,8 @@ def listing_domains(data: DataConfig, train: Listing,
                     validation: Listing) -> tuple[DataConfig, list[Shard], list[Shard]]:
     """``data`` with its domains resolved for the listed shards, and the shards (with their domains in
     layout ``path``, which a corpus without a domain field takes: :func:`domains_from_paths`)."""
-    if domains_from_paths(data, train.shards):
-        data = dataclasses.replace(data, layout="path", domains=[])
+    if domains_from_paths(data, train.shards) or (data.layout == "path" and list(data.domains) == list(DEFAULT_DOMAINS)):
+        data = dataclasses.replace(data, layout="path", domains=[])  # the paths' domains, unless set by hand
     train_shards, validation_shards = train.shards, validation.shards
     if data.layout == "path":
         train_shards, validation_shards = assign_path_domains(train, validation)

@@ -94,6 +94,7 @@ def test_slimpajama_and_redpajama_folder_corpora_keep_their_domains(tmp_path):
 
 def test_explicit_domains_are_not_replaced_by_the_paths(tmp_path):
     write_jsonl(tmp_path / "train" / "a.jsonl", RECORDS)
+    assert resolve_corpus(DataConfig(train_paths=[str(tmp_path / "train")], layout="path"))[0].domains == ["train"]
     with pytest.raises(UserError, match=r"all of unknown domains \['train'\]"):
         resolve_corpus(DataConfig(train_paths=[str(tmp_path / "train")], domains=["web"]))
 
