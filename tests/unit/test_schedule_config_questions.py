@@ -54,7 +54,7 @@ def test_in_trainer_placement_accepts_exactly_the_estimators_that_run_on_shards(
             build()
 
 
-@pytest.mark.parametrize(("name", "branched"), [("d3", True), ("random", True), ("sequential", True),
+@pytest.mark.parametrize(("name", "branched"), [("d3", True), ("d3_paper", True), ("random", True), ("sequential", True),
                                                 ("curriculum", False), ("loss", False), ("odm", False)])
 def test_census_branches_exactly_the_schedules_whose_decisions_permute_the_stream_batches(tmp_path, name, branched):
     import yaml
@@ -66,14 +66,19 @@ def test_census_branches_exactly_the_schedules_whose_decisions_permute_the_strea
     cfg = load_config(RunConfig, None, [f"--schedule.type={name}", "--schedule.L=4", "--train.steps=16",
                                         "--train.zero_stage=0"])
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-    (tmp_path / "checkpoint_0").mkdir()
+    import torch
+
+    (tmp_path / "checkpoint_0" / "deepspeed" / "ds").mkdir(parents=True)
     (tmp_path / "checkpoint_0" / "state.json").write_text(json.dumps(
         {"step": 4, "next_chunk": 1, "position": 0, "tokens": 0, "schedule": {}}))
+    # the header the census reads of a ZeRO-0 checkpoint (d3ray/census/restore.py: checkpoint_layout)
+    torch.save({"ds_config": {"zero_optimization": {"stage": 0}}, "dp_world_size": 1},
+               tmp_path / "checkpoint_0" / "deepspeed" / "ds" / "mp_rank_00_model_states.pt")
     options = CensusOptions(run_dir=tmp_path, out=tmp_path / "out", checkpoints=[1], chunks=1)
     if branched:
         assert check_inputs(load_run(tmp_path), options) == [1]
     else:
-        with pytest.raises(UserError, match=f"schedule.type={name} .* runs of d3, random, sequential$"):
+        with pytest.raises(UserError, match=f"schedule.type={name} .* runs of d3, d3_paper, random, sequential$"):
             check_inputs(load_run(tmp_path), options)
 
 
