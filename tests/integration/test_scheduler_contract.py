@@ -56,6 +56,8 @@ REPLAYED = [n for n in SCHEDULERS if n not in STATELESS]
 # placement, the trainers scoring themselves, runs end to end in test_pretrain / test_job_submit / test_sweep)
 KNOBS = {"d3": ["--schedule.influence.sketch.k=64", "--schedule.influence.sample_fraction=0.5",
                 "--schedule.influence_placement=actors"],
+         # the paper's pipeline (Hutchinson, plain step, RSR in a solver actor), with a small sketch and search
+         "d3_paper": ["--schedule.influence.sketch.k=64", "--schedule.solver.max_iters=200"],
          # bf16 training on the CPU under ZeRO-0, whose AdamW state LESS reads from the snapshot (issue 27)
          "less": ["--schedule.sketch.k=64", "--schedule.max_target_sequences=4", "--train.precision=bf16"],
          "tsds": ["--schedule.max_target_sequences=4"],

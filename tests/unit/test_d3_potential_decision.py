@@ -34,7 +34,7 @@ def test_potential_decision_places_an_excluded_batch_as_the_merged_s_does_and_le
     decision = potential_decision(FIRST_RUN_SCHEDULE, 2, [10, 11, 12, 13], _potential([0.3, np.nan, -0.1, 0.0], [11]),
                                   {}, 0.0)
     assert decision.order == (2, 3, 1, 0)  # batch 11 sorts at the others' mean f (0.0667)
-    assert decision.record["potential"][1] is None
+    assert decision.record["potential"][1] is None and decision.record["excluded_batches"] == [11]
 
 
 def test_potential_decision_writes_s_only_when_asked():

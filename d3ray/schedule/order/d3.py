@@ -239,6 +239,7 @@ def potential_decision(cfg: D3ScheduleConfig, chunk_id: int, batch_ids: list[int
               **predicted_loss_change(chosen, stream),
               "potential": [float(v) if ok else None for v, ok in zip(f, ~left_out, strict=True)],
               "step_size": eta, "solver_sec": time.perf_counter() - t0,
+              "excluded_batches": [int(b) for b, out in zip(batch_ids, left_out, strict=True) if out],
               "zero_S": bool(kept.size == 0 or np.ptp(kept) == 0.0),
               "schedule_sec": time.perf_counter() - started}
     matrix = potential_matrix(f, left_out, eta) if cfg.save_matrices else None  # only when asked
