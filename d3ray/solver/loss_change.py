@@ -1,6 +1,6 @@
 """The loss change an order is predicted to give, in nats, from the S (or the potential f) that chose it.
 
-D3's objective (ARCHITECTURE.md §1) is first order in the influence A[i, j] ≈ I[i→j], the change of batch
+D3's objective (docs/design/method.md §8) is first order in the influence A[i, j] ≈ I[i→j], the change of batch
 j's loss when batch i trains first. Summed over a chunk trained in order π, the loss each batch is trained
 at moves by
 
