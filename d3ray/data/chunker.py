@@ -143,6 +143,15 @@ def total_chunks(steps: int, L: int) -> int:
     return -(-steps // L)
 
 
+def chunks_to_train(version: int, step: int, steps: int, L: int) -> int:
+    """The chunks a run trains in all, seen after ``step`` steps when chunk ``version`` is next: the
+    chunks before it plus ⌈(steps − step) / L⌉, and never fewer than :func:`total_chunks`. A chunk cut
+    short where an epoch of the stream ends leaves steps for one more chunk than ⌈steps / L⌉; the
+    trainers' scoring counts it here, so that chunk is scored like the others (with the fixed count it
+    was never scored: it waited ``schedule.deadline_s`` and trained in its fallback order)."""
+    return max(total_chunks(steps, L), version + -(-max(steps - step, 0) // L))
+
+
 @dataclass
 class ChunkStreamStats:
     """What the chunker dropped or restarted, so that nothing is lost silently."""

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from d3ray.data.chunker import total_chunks
+from d3ray.data.chunker import chunks_to_train
 from d3ray.schedule.scheduler import ChunkFeedback, SketchRequest, SnapshotRequest, TrainerRequests
 
 logger = logging.getLogger(__name__)
@@ -184,8 +184,8 @@ class TrainerSide:
                 self.logs.log_metrics({"step": step, "time/snapshot_sec": time.perf_counter() - start})
         if self.scorer is not None:
             sketch = self.requests.sketch
-            seconds = sketch_due_chunks(self.scorer, sketch, total_chunks(self.steps, sketch.L), self.coordinator,
-                                        version, self.rank)
+            seconds = sketch_due_chunks(self.scorer, sketch, chunks_to_train(version, step, self.steps, sketch.L),
+                                        self.coordinator, version, self.rank)
             if self.logs is not None:  # the pass, and of it the batches' fetch and the scoring itself
                 self.logs.log_metrics({"step": step, "time/in_trainer_influence_sec": seconds["total"],
                                        "time/in_trainer_fetch_sec": seconds["fetch"],

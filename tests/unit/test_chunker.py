@@ -160,3 +160,17 @@ def test_require_mixable_names_the_field_for_a_single_domain_corpus():
     with pytest.raises(ValueError, match=r"schedule.type: a domain mixer needs .* \['RedPajamaC4'\]"):
         require_mixable(["RedPajamaC4", "RedPajamaC4"], "schedule.type")
     require_mixable(["RedPajamaC4", "RedPajamaBook"])
+
+
+def test_chunks_to_train_counts_the_chunk_an_epoch_cut_adds():
+    from d3ray.data.chunker import chunks_to_train, total_chunks
+
+    # every chunk full: the fixed count, at the start, at each boundary and on a resume inside a chunk
+    assert total_chunks(24, 4) == 6
+    assert [chunks_to_train(v, 4 * v, 24, 4) for v in range(6)] == [6] * 6
+    assert chunks_to_train(2, 10, 13, 4) == total_chunks(13, 4) == 4  # resumed at chunk 2's third step
+    # chunk 1 cut to 1 step at an epoch's end: after it (version 2, 5 steps) 19 steps are left, 5 chunks more
+    assert chunks_to_train(2, 5, 24, 4) == 7
+    # two cuts of one step each: 8 chunks in all
+    assert chunks_to_train(3, 6, 24, 4) == 3 + 5 == 8
+    assert chunks_to_train(9, 24, 24, 4) == 9  # the run done: nothing more to score
