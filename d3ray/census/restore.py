@@ -59,9 +59,23 @@ class CheckpointLayout:
     bf16: bool
 
 
+def deepspeed_checkpoint_globals() -> list[Any]:
+    """The DeepSpeed classes a ZeRO checkpoint's files hold besides tensors (its loss scaler, the fp32
+    fragments' addresses, the ZeRO stage): allowed, with nothing else, when the census reads them."""
+    from d3ray.deepspeed_import import import_deepspeed
+
+    import_deepspeed()  # without its autotuner's MLflow import
+    from deepspeed.runtime.fp16.loss_scaler import LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    return [LossScaler, ZeroStageEnum, fragment_address]
+
+
 def _load(path: Path) -> dict[str, Any]:
-    """A DeepSpeed model-states file's header, as data only (its tensors memory-mapped, not read)."""
-    return load_data(path, map_location="cpu", mmap=True)
+    """A DeepSpeed checkpoint file, as data only: ``torch.load(weights_only=True)`` with DeepSpeed's few
+    classes allowed (d3ray/safe_load.py); its tensors memory-mapped, read where used."""
+    return load_data(path, allow=deepspeed_checkpoint_globals(), map_location="cpu", mmap=True)
 
 
 def checkpoint_layout(checkpoint: Path) -> CheckpointLayout:
