@@ -4,7 +4,7 @@ chunking (jobs/configs/redpajama_sample.yaml: seven domains, L = 8, 200 steps by
 The trainers' per-sample losses reach the mixer (chunk c's record counts the chunks it observed: c − 1 at
 staleness 1) and the mixture leaves uniform within the first 10% of the config's run: chunk 2, steps
 17 to 24, drawn at the paper's t = 17 after the feedback of chunk 0. Three chunks on one trainer with a
-small final eval keep it short; the long run's figures are in d3ray/schedule/README.md ("ODM on the
+small final eval keep it short; the long run's figures are in docs/results/schedule-odm-real-sample-2026-12-02.md ("ODM on the
 real sample").
 """
 
