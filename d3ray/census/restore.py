@@ -73,7 +73,7 @@ def deepspeed_checkpoint_globals() -> list[Any]:
 
 
 def _load(path: Path) -> dict[str, Any]:
-    """A DeepSpeed checkpoint file, as data only: ``torch.load(weights_only=True)`` with DeepSpeed's few
+    """A DeepSpeed checkpoint file, as data only (weights-only unpickling) with DeepSpeed's few
     classes allowed (d3ray/safe_load.py); its tensors memory-mapped, read where used."""
     return load_data(path, allow=deepspeed_checkpoint_globals(), map_location="cpu", mmap=True)
 
