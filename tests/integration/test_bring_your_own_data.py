@@ -76,7 +76,8 @@ def test_readme_bring_your_own_data_commands_run_and_a_three_format_corpus_train
 
 
 # ---- a corpus as a user holds it: no domain field, any format, trained with no data flags (issue 49) --------
-WORDS = {"web": "page link site news blog post today read more", "code": "def return class import for if x y"}
+WORDS = {"web": "page link site news blog post today read more", "code": "def return class import for if x y",
+         "books": "chapter river night said she walked the old house"}
 
 
 def domain_texts(domain: str, n: int, seed: int = 0) -> list[str]:
@@ -100,18 +101,28 @@ def run_cli(argv: list[str], capsys) -> tuple[str, str]:
     return capsys.readouterr()
 
 
-@pytest.mark.parametrize("domains", [["web"], ["code", "web"]], ids=["one_domain", "two_domains"])
-@pytest.mark.parametrize("fmt", ["jsonl", "parquet", "save_to_disk"])
-def test_a_plain_text_corpus_trains_with_no_data_flags(ray_cluster, tmp_path, capsys, fmt, domains) -> None:
+# One domain: the data path is itself the corpus (a saved dataset's folder, the layout with the most to get
+# wrong: the folder is both the dataset and the domain's name). Several domains: one subfolder each, every
+# subfolder in another format, so one run reads all three kinds (the JSONL-only folder of one domain trains in
+# the test below; each format's reader, one domain or several, is tested without Ray in
+# tests/unit/test_data_corpus_domains.py).
+LAYOUTS = {"one_domain": {"train": "save_to_disk"},
+           "three_domains_three_formats": {"web": "jsonl", "code": "parquet", "books": "save_to_disk"}}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_a_plain_text_corpus_trains_with_no_data_flags(ray_cluster, tmp_path, capsys, layout) -> None:
     """``{"text": ...}`` records only: one folder (one domain, named after it) or one subfolder per domain;
-    the validation folders pair with them by name (two) or all belong to the one."""
+    the validation folders pair with them by name (several) or all belong to the one."""
+    formats = LAYOUTS[layout]
     train, validation = tmp_path / "corpus" / "train", tmp_path / "corpus" / "validation"
-    for d in domains:
-        write_split(train / d if len(domains) > 1 else train, fmt, domain_texts(d, 120))
-        write_split(validation / d if len(domains) > 1 else validation, fmt, domain_texts(d, 30, seed=1))
+    for d, fmt in formats.items():
+        words = "web" if d == "train" else d
+        write_split(train / d if len(formats) > 1 else train, fmt, domain_texts(words, 120))
+        write_split(validation / d if len(formats) > 1 else validation, fmt, domain_texts(words, 30, seed=1))
     out, _ = run_cli(["pretrain", f"--output_dir={tmp_path / 'runs'}", "--name=plain", f"--data.train_paths=[{train}]",
                       f"--data.validation_paths=[{validation}]", "--train.steps=8", "--schedule.type=random"], capsys)
-    names = domains if len(domains) > 1 else ["train"]
+    names = sorted(formats)
     line = ", ".join(f"{d} (120 records)" for d in names)  # a small corpus: every record read before the run
     assert f"domains: {line}, from the data paths' folder names (the records have no 'meta.redpajama_set_name')" in out
     run_dir = tmp_path / "runs" / "plain"
@@ -119,7 +130,7 @@ def test_a_plain_text_corpus_trains_with_no_data_flags(ray_cluster, tmp_path, ca
     assert final["steps"] == 8 and {k for k in final if k.startswith("eval/") and k.endswith("/loss")} == {
         f"eval/{d}/loss" for d in names}
     quality = json.loads((run_dir / "data_quality.json").read_text())["data_quality"]
-    assert quality["total_bad"] == 0 and quality["total_good"] >= 120
+    assert quality["total_bad"] == 0 and quality["total_good"] >= 120 * len(names)
     trained = {row.split(",")[2] for row in (run_dir / "domains.csv").read_text().splitlines()[1:]}
     assert trained and trained <= set(names)
 
