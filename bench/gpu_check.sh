@@ -15,7 +15,7 @@
 #      (each on a GPU of its own: 0.75 GPU each, the influence actor's 0.25 beside one of them), else 1;
 #      an evaluation in the middle and at the end, so with 2 ranks the multi-worker evaluation path runs.
 #      2 ranks on one GPU are refused by the config (two ranks would share the GPU), hence 1 on one GPU.
-#   2. d3-in-trainer: influence_placement in_trainer (the trainers sketch on their ZeRO-3 shards).
+#   2. d3-in-trainer: schedule.placement.type=in_trainer (the trainers sketch on their ZeRO-3 shards).
 #   3. influence: `d3ray bench influence --quick --device cuda` (cost ratio vs a training step, fidelity).
 #   4. pipeline: `d3ray bench pipeline` D3 vs random order, one pair (throughput ratio, trainer wait).
 #   5. capacity: `d3ray bench influence-capacity --device cuda`, writes $OUT/gpu_constants.json (MFU of a
@@ -58,7 +58,7 @@ if [ "$MODE" = gpu ]; then
     train.checkpoint_every_chunks=100)  # one checkpoint, at the end: not ~1.7 GB per chunk
   SKETCH=(schedule.influence.sketch.type=gaussian schedule.influence.sketch.k=3500
     schedule.influence.sample_fraction=0.25 schedule.solver_pool.num_cpus=1)
-  D3=("${SKETCH[@]}" schedule.influence_num_gpus=0.25 schedule.influence_num_cpus=2)
+  D3=("${SKETCH[@]}" schedule.placement.type=actors schedule.placement.num_gpus=0.25 schedule.placement.num_cpus=2)
   L=8 STEPS_ACTORS=32 EVAL_EVERY=16 STEPS_IN_TRAINER=16 STEPS_PIPELINE=32
   CAPACITY=(--device cuda --models small,gpt2-124m --batch-size 32 --seq-len 512 --threads 0
     --write-gpu-constants "$OUT/gpu_constants.json")
@@ -161,9 +161,9 @@ if [ "$MODE" = gpu ] && [ "$PLAN" = 0 ]; then
 fi
 
 ACTORS=(--name=gpu-d3 --output_dir="$OUT" --train.steps=$STEPS_ACTORS --train.eval_every=$EVAL_EVERY
-  --schedule.type=d3 --schedule.L=$L "${TRAIN[@]/#/--}" "${D3[@]/#/--}" "${DATA_SET[@]/#/--}")
+  --schedule.type=d3 --schedule.L=$L "${TRAIN[@]/#/--}" "${D3[@]/#/--}" --schedule.placement.nice=19 "${DATA_SET[@]/#/--}")
 IN_TRAINER=(--name=gpu-d3-in-trainer --output_dir="$OUT" --train.steps=$STEPS_IN_TRAINER --train.eval_every=0
-  --schedule.type=d3 --schedule.L=$L --schedule.influence_placement=in_trainer "${TRAIN[@]/#/--}"
+  --schedule.type=d3 --schedule.L=$L --schedule.placement.type=in_trainer "${TRAIN[@]/#/--}"
   "${SKETCH[@]/#/--}" "${DATA_SET[@]/#/--}")
 if [ "$PLAN" = 1 ]; then
   export GPU_CHECK_NGPU=$NGPU
@@ -177,7 +177,7 @@ step d3-actors d3ray pretrain "${ACTORS[@]}"
 step d3-in-trainer d3ray pretrain "${IN_TRAINER[@]}"
 step influence d3ray bench influence --quick --device "$DEVICE" --out "$OUT/influence.json" --workdir "$OUT/bench_influence"
 step pipeline d3ray bench pipeline --scheduler d3 --repeats 1 --steps "$STEPS_PIPELINE" --L "$L" \
-  --out "$OUT/pipeline.json" --work-dir "$OUT/pipeline" --set=schedule.influence_nice=0 "${D3[@]/#/--set=}" \
+  --out "$OUT/pipeline.json" --work-dir "$OUT/pipeline" --set=schedule.placement.nice=0 "${D3[@]/#/--set=}" \
   "${TRAIN[@]}" "${DATA_SET[@]}"
 step capacity d3ray bench influence-capacity "${CAPACITY[@]}" --out "$OUT/influence_capacity.json" \
   --workdir "$OUT/bench_capacity"
@@ -213,7 +213,7 @@ def memory(step):
 
 def flops_per_token(run_dir):
     """6N + 12·layers·width·seq (PaLM appendix B) from the last checkpoint's model.json."""
-    from d3ray.bench.pipeline import _model_numel
+    from d3ray.lab.bench.pipeline import _model_numel
 
     described = sorted(run_dir.glob("checkpoint_*/model.json"))
     n = _model_numel(run_dir)

@@ -70,6 +70,11 @@ class ScheduleConfig(ChoiceConfig):
         """What the scheduler asks of the trainers (d3ray/train/trainer_side.py carries it out)."""
         return TrainerRequests()
 
+    def check_train(self, train: Any) -> None:
+        """Raise ValueError (naming the keys) for a train config (``TrainConfig``) this scheduler cannot run
+        beside; ``RunConfig`` asks when it is built. None here (D3's placement has its rules)."""
+        return None
+
     @property
     def draws_mixture(self) -> bool:
         """The scheduler decides each chunk's domain mixture (``mixture(chunk_id)``): the stream draws every
@@ -89,10 +94,6 @@ class ScheduleConfig(ChoiceConfig):
         """Candidate batches per chunk: L, or more for a selector that keeps L of them."""
         return self.L
 
-    def summary_fields(self) -> dict[str, str]:
-        """Extra columns for sweep result tables (e.g. whether γ can change the order)."""
-        return {}
-
     def build(self, ctx: BuildContext) -> Scheduler:
         raise NotImplementedError(f"schedule.type={self.type_name!r} has no build()")
 
@@ -101,25 +102,6 @@ class ScheduleConfig(ChoiceConfig):
         from d3ray.schedule.order.transform import with_order_transform
 
         return with_order_transform(self.build(ctx), self.order_transform)
-
-    @property
-    def orders_by_influence(self) -> bool:
-        """Whether the run's chunks are ordered by D3 influence (this scheduler's own order, or its
-        ``order`` stage's): the studies ask this instead of comparing names (``d3ray compare`` counts such
-        an arm as a method unless told). False here; D3 says True, a staged scheduler asks its order."""
-        return False
-
-    @property
-    def influence_actor_count(self) -> int:
-        """How many influence actors one chunk's ``influence_sec`` (its slowest part) stands for in the
-        compute accounting (``d3ray compare``): 1 here (a scheduler without influence actors logs none);
-        D3 says its ``influence_actors``, a staged scheduler asks its order."""
-        return 1
-
-    permutes_stream_batches: ClassVar[bool] = False
-    """Whether every decision is a permutation of the chunk's stream batches (no selection, re-batching,
-    mixing or weights), so that any other order of the same batches is a counterfactual of the same
-    chunk (what ``d3ray census`` branches). A class attribute: asked of the registered classes too."""
 
 
 def resources_total(requests: list[ActorRequest]) -> dict[str, float]:
@@ -148,13 +130,16 @@ class StagedScheduleConfig(ScheduleConfig):
             )
         if self.order.trainer_requests().sketch is not None:  # they would sketch the window, not what is kept
             raise ValueError(
-                f"schedule.order.influence_placement=in_trainer under a {self.kind} scheduler: the trainers sketch "
+                f"schedule.order.placement.type=in_trainer under a {self.kind} scheduler: the trainers sketch "
                 f"a chunk's whole candidate window, not the batches {self.type_name!r} keeps; use "
-                f"influence_placement: actors (or a d3 schedule of its own)"
+                f"schedule.order.placement.type=actors (or a d3 schedule of its own)"
             )
 
     def trainer_requests(self) -> TrainerRequests:
         return self.own_trainer_requests() | self.order.trainer_requests()
+
+    def check_train(self, train: Any) -> None:
+        self.order.check_train(train)
 
     def own_trainer_requests(self) -> TrainerRequests:
         """What this stage itself asks of the trainers (the order stage's requests are merged in)."""
@@ -166,9 +151,6 @@ class StagedScheduleConfig(ScheduleConfig):
     def own_actor_requests(self) -> list[ActorRequest]:
         return []
 
-    def summary_fields(self) -> dict[str, str]:
-        return self.order.summary_fields()
-
     def build(self, ctx: BuildContext) -> Scheduler:
         from d3ray.schedule.staged import StagedScheduler
 
@@ -176,14 +158,6 @@ class StagedScheduleConfig(ScheduleConfig):
 
     def build_head(self, ctx: BuildContext) -> Any:
         raise NotImplementedError
-
-    @property
-    def orders_by_influence(self) -> bool:
-        return self.order.orders_by_influence
-
-    @property
-    def influence_actor_count(self) -> int:
-        return self.order.influence_actor_count
 
 
 def known_of_kind(kind: Kind) -> list[str]:
@@ -201,8 +175,6 @@ class SequentialScheduleConfig(ScheduleConfig):
 
         return SequentialScheduler()
 
-    permutes_stream_batches: ClassVar[bool] = True
-
 
 @ScheduleConfig.register("random")
 @dataclass(frozen=True, kw_only=True)
@@ -218,5 +190,3 @@ class RandomScheduleConfig(ScheduleConfig):
         from d3ray.schedule.order.basic import RandomScheduler
 
         return RandomScheduler(ctx.seed, self.order_seed)
-
-    permutes_stream_batches: ClassVar[bool] = True

@@ -22,7 +22,7 @@ class TrainConfig:
     init_checkpoint: str | None = None
     """A checkpoint directory a fresh run starts from, with its full state (weights, optimizer, LR
     position, data cursor, and the schedule state the checkpoint carries): the arms of a compare
-    trunk (``d3ray/compare/trunk.py`` strips the trunk's scheduler state). Unused once the run has a
+    trunk (``d3ray/lab/compare/trunk.py`` strips the trunk's scheduler state). Unused once the run has a
     checkpoint of its own (a resumed run)."""
     global_batch_size: int = 8
     """B: sequences per optimizer step, across all workers and accumulation micro-steps."""

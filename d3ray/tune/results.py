@@ -23,6 +23,8 @@ import yaml
 
 from d3ray.config import RunConfig
 from d3ray.config_loading import to_dict
+from d3ray.influence.config import InfluenceConfig
+from d3ray.schedule.config import StagedScheduleConfig
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +58,14 @@ class TrialRow:
 
 def gamma_changes_order(cfg: RunConfig) -> str:
     """``yes`` (exact look-ahead with the plain step), ``no`` (Taylor estimators: γ only scales S; or the
-    AdamW step, where γ is unused) or ``n/a`` (the scheduler has no γ), as its config declares it."""
-    return cfg.schedule.summary_fields().get("gamma_changes_order", "n/a")
+    AdamW step, where γ is unused) or ``n/a`` (the scheduler has no γ), read from the ``influence`` field the
+    schedule declares (D3's), or its ``order`` stage declares under a select, weight or mix scheduler."""
+    schedule = cfg.schedule
+    order = schedule.order if isinstance(schedule, StagedScheduleConfig) else schedule
+    influence = getattr(order, "influence", None)
+    if not isinstance(influence, InfluenceConfig):
+        return "n/a"
+    return "yes" if influence.gamma_changes_order else "no"
 
 
 def _finite(value: Any) -> float | None:

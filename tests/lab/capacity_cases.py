@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from d3ray.bench.capacity_measure import AllReduceTiming, MeasuredConstants, ModelTiming, SnapshotTiming
+from d3ray.lab.bench.capacity_measure import AllReduceTiming, MeasuredConstants, ModelTiming, SnapshotTiming
 
 # GPT-2 with l = 1, h = 4, a = 2, V = 10, T = 3: N = 304, F = 1896 FLOPs per token (test_capacity_model.py).
 CONFIG = {"model_type": "gpt2", "n_layer": 1, "n_embd": 4, "n_head": 2, "n_inner": 16, "vocab_size": 10,

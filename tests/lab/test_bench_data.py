@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from d3ray.bench import data as bench
+from d3ray.lab.bench import data as bench
 from tests.conftest import start_local_ray
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]

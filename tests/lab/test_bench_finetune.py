@@ -2,9 +2,9 @@
 
 import pytest
 
-from d3ray.bench.finetune import plain_torch_reference
 from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
+from d3ray.lab.bench.finetune import plain_torch_reference
 from d3ray.train.command import FINETUNE_DEFAULTS
 
 

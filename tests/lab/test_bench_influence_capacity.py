@@ -6,8 +6,8 @@ import argparse
 import json
 from dataclasses import asdict
 
-from d3ray.bench.influence_capacity import add_arguments, run
-from tests.capacity_cases import hand_measured
+from d3ray.lab.bench.influence_capacity import add_arguments, run
+from tests.lab.capacity_cases import hand_measured
 
 
 def test_bench_influence_capacity_from_saved_constants_marks_every_projected_row(tmp_path, capsys):

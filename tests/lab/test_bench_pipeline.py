@@ -2,7 +2,7 @@
 
 import pytest
 
-from d3ray.bench.pipeline import step_seconds_by_position
+from d3ray.lab.bench.pipeline import step_seconds_by_position
 
 
 def test_step_seconds_by_position_averages_each_position_of_the_chunk():
@@ -23,7 +23,7 @@ def test_bench_configs_start_both_runs_from_the_shipped_real_data_config(tmp_pat
     import argparse
     from pathlib import Path
 
-    from d3ray.bench.pipeline import add_arguments, bench_configs
+    from d3ray.lab.bench.pipeline import add_arguments, bench_configs
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -40,7 +40,7 @@ def test_bench_configs_start_both_runs_from_the_shipped_real_data_config(tmp_pat
 
 
 def test_snapshot_summary_averages_the_logged_snapshot_bytes_and_names_the_dtype():
-    from d3ray.bench.pipeline import snapshot_summary
+    from d3ray.lab.bench.pipeline import snapshot_summary
 
     rows = [{"chunk_id": 0, "snapshot_bytes": 100, "snapshot_dtype": "bfloat16"},
             {"chunk_id": 1, "snapshot_bytes": 300, "snapshot_dtype": "bfloat16"},
@@ -58,7 +58,7 @@ def _run(step_secs, tokens=100, train_seconds=10.0, waits=(1.0, 0.5), fallbacks=
 
 
 def test_pool_summaries_sums_tokens_seconds_and_waits_and_pools_every_step():
-    from d3ray.bench.pipeline import pool_summaries
+    from d3ray.lab.bench.pipeline import pool_summaries
 
     pooled = pool_summaries([_run([0.1, 0.3], tokens=100, train_seconds=10.0, waits=(1.0, 0.5)),
                              _run([0.2, 0.2, 0.6], tokens=300, train_seconds=30.0, waits=(2.0, 0.5), fallbacks=1)])
@@ -73,7 +73,7 @@ def test_pool_summaries_sums_tokens_seconds_and_waits_and_pools_every_step():
 
 
 def test_repeats_alternate_which_run_goes_first_and_random_is_its_own_a_a_check():
-    from d3ray.bench.pipeline import repeat_order, run_labels
+    from d3ray.lab.bench.pipeline import repeat_order, run_labels
 
     assert repeat_order(4) == [(0, False), (1, True), (2, False), (3, True)]
     assert run_labels("loss_reweight") == ("random", "loss_reweight")
@@ -85,7 +85,7 @@ def test_bench_step_times_both_paths_of_the_loop_step_and_writes_the_ratio(tmp_p
     import argparse
     import json
 
-    from d3ray.bench.step import PHASES, add_arguments, run
+    from d3ray.lab.bench.step import PHASES, add_arguments, run
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from d3ray.bench.capacity_devices import (
+from d3ray.lab.bench.capacity_devices import (
     FP32_EFFICIENCY,
     GPU_SPECS,
     HBM_EFFICIENCY,
@@ -18,7 +18,7 @@ from d3ray.bench.capacity_devices import (
     projected_gpu,
     write_device,
 )
-from tests.capacity_cases import hand_measured as _measured
+from tests.lab.capacity_cases import hand_measured as _measured
 
 
 def test_capacity_cpu_constants_come_from_the_measured_step_and_batch():

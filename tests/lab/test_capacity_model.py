@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import pytest
 
-from d3ray.bench.capacity_arch import (
+from d3ray.lab.bench.capacity_arch import (
     ARCHITECTURES,
     Architecture,
     activation_bytes,
@@ -30,13 +30,13 @@ from d3ray.bench.capacity_arch import (
     tied_copy,
     train_flops_per_token,
 )
-from d3ray.bench.capacity_in_trainer import (
+from d3ray.lab.bench.capacity_in_trainer import (
     in_trainer_extra_memory,
     in_trainer_plan,
     in_trainer_wait_sec,
     kvector_bytes,
 )
-from d3ray.bench.capacity_model import (
+from d3ray.lab.bench.capacity_model import (
     DeviceConstants,
     InfluenceLoad,
     Memory,
@@ -46,7 +46,7 @@ from d3ray.bench.capacity_model import (
     influence_batch_sec,
     train_step_sec,
 )
-from d3ray.bench.capacity_snapshot import (
+from d3ray.lab.bench.capacity_snapshot import (
     actor_memory_as_coded,
     actor_memory_floor,
     chunk_cost,

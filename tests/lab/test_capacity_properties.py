@@ -9,13 +9,13 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from d3ray.bench.capacity_arch import Architecture, activation_bytes, param_count
-from d3ray.bench.capacity_in_trainer import (
+from d3ray.lab.bench.capacity_arch import Architecture, activation_bytes, param_count
+from d3ray.lab.bench.capacity_in_trainer import (
     in_trainer_extra_memory,
     in_trainer_plan,
     in_trainer_wait_sec,
 )
-from d3ray.bench.capacity_model import (
+from d3ray.lab.bench.capacity_model import (
     ESTIMATORS,
     DeviceConstants,
     InfluenceLoad,
@@ -23,7 +23,7 @@ from d3ray.bench.capacity_model import (
     scored_sequences,
     train_step_sec,
 )
-from d3ray.bench.capacity_snapshot import (
+from d3ray.lab.bench.capacity_snapshot import (
     actor_memory_as_coded,
     actor_memory_floor,
     chunk_cost,

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from d3ray.census.census import CensusOptions, check_inputs, choose_checkpoints, load_run
 from d3ray.config import RunConfig
 from d3ray.config_loading import load_config, to_dict
 from d3ray.errors import UserError
+from d3ray.lab.census.census import CensusOptions, check_inputs, choose_checkpoints, load_run
 
 
 def test_choose_checkpoints_requested_inside_stream_kept_sorted():
@@ -98,7 +98,7 @@ def test_check_inputs_mixer_missing_eval_file_and_large_all_orders_refused_zero2
 
 
 def test_a_finished_branch_without_a_read_out_asked_for_now_is_trained_again(tmp_path):
-    from d3ray.census.census import lacks_read_outs
+    from d3ray.lab.census.census import lacks_read_outs
 
     done = {"status": "ok", "eval": {}, "persist_eval": {}}
     opts = CensusOptions(run_dir=tmp_path, out=tmp_path / "o", persist=1)
@@ -110,8 +110,8 @@ def test_a_finished_branch_without_a_read_out_asked_for_now_is_trained_again(tmp
 
 
 def test_check_trunk_checkpoints_refuses_chunks_the_run_would_not_keep_before_training():
-    from d3ray.census.census import check_trunk_checkpoints
     from d3ray.config_loading import ConfigError
+    from d3ray.lab.census.census import check_trunk_checkpoints
 
     cfg = load_config(RunConfig, "jobs/configs/census_pretrain_tiny.yaml", [])  # 40 chunks, every 10, keep 10
     check_trunk_checkpoints(cfg, [10, 20, 30])
@@ -140,7 +140,7 @@ def test_census_command_takes_a_run_dir_or_a_config_never_both(tmp_path):
 
 @pytest.mark.parametrize("stage", [1, 2, 3])
 def test_a_checkpoint_the_census_cannot_restore_is_refused_naming_it_and_what_is_missing(tmp_path, stage):
-    from d3ray.census.restore import check_checkpoint
+    from d3ray.lab.census.restore import check_checkpoint
 
     good = tmp_path / "good"
     write_deepspeed_states(good, stage, 2)
@@ -160,7 +160,7 @@ def test_a_checkpoint_the_census_cannot_restore_is_refused_naming_it_and_what_is
 
 
 def test_a_checkpoint_without_model_states_or_deepspeed_state_is_refused_naming_it(tmp_path):
-    from d3ray.census.restore import check_checkpoint
+    from d3ray.lab.census.restore import check_checkpoint
 
     with pytest.raises(UserError, match=rf"checkpoint {tmp_path} has no DeepSpeed state"):
         check_checkpoint(tmp_path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from d3ray.census.orders import alternate_order, reverse_order
+from d3ray.lab.census.orders import alternate_order, reverse_order
 
 SETTINGS = settings(max_examples=60, deadline=None)
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from d3ray.census.orders import (
+from d3ray.lab.census.orders import (
     all_orders,
     alternate_order,
     census_orders,
@@ -17,7 +17,7 @@ from d3ray.census.orders import (
     recency_orders,
     reverse_order,
 )
-from d3ray.census.stats import beats_median, pearson, rank_among, spearman, t_interval, z_score
+from d3ray.lab.census.stats import beats_median, pearson, rank_among, spearman, t_interval, z_score
 
 
 def test_reverse_order_five_items_reads_backwards():

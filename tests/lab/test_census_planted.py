@@ -9,14 +9,14 @@ import math
 import numpy as np
 import pytest
 
-from d3ray.census.analysis import planted_control
-from d3ray.census.census import CensusOptions, check_inputs, check_out_dir, chunk_orders, load_run
-from d3ray.census.planted import plant_chunk, plant_tokens, planted_index, planted_orders, planting
-from d3ray.census.report import write_report
-from d3ray.census.stats import half_of, position_effect
 from d3ray.data.chunker import GlobalBatch
 from d3ray.errors import UserError
-from tests.unit.test_census_inputs import write_run
+from d3ray.lab.census.analysis import planted_control
+from d3ray.lab.census.census import CensusOptions, check_inputs, check_out_dir, chunk_orders, load_run
+from d3ray.lab.census.planted import plant_chunk, plant_tokens, planted_index, planted_orders, planting
+from d3ray.lab.census.report import write_report
+from d3ray.lab.census.stats import half_of, position_effect
+from tests.lab.test_census_inputs import write_run
 
 
 def test_plant_tokens_shuffled_permutes_each_rows_real_tokens_and_keeps_padding():
@@ -109,7 +109,7 @@ def planted_census(root, slope: float, noise: tuple[float, ...]) -> None:
 
 def test_planted_control_finds_early_better_and_d3_on_that_side(tmp_path):
     planted_census(tmp_path, slope=0.01, noise=(0.0, 0.001, -0.001))
-    from d3ray.census.analysis import collect
+    from d3ray.lab.census.analysis import collect
 
     control = planted_control(collect(tmp_path), L=4)
     row = control["chunks"]["10/10"]

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from d3ray.census.census import CensusOptions, check_inputs, check_out_dir, chunk_layout, load_run
-from d3ray.census.orders import recency_orders
-from d3ray.census.ramp import ramp_chunk, ramp_counts
 from d3ray.data.chunker import GlobalBatch
 from d3ray.errors import UserError
-from tests.unit.test_census_inputs import write_run
+from d3ray.lab.census.census import CensusOptions, check_inputs, check_out_dir, chunk_layout, load_run
+from d3ray.lab.census.orders import recency_orders
+from d3ray.lab.census.ramp import ramp_chunk, ramp_counts
+from tests.lab.test_census_inputs import write_run
 
 
 def test_ramp_counts_exact_small_cases():

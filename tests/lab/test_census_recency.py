@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from d3ray.census.analysis import collect, recency_control
-from d3ray.census.report import write_report
-from d3ray.census.stats import momentum_applied
+from d3ray.lab.census.analysis import collect, recency_control
+from d3ray.lab.census.report import write_report
+from d3ray.lab.census.stats import momentum_applied
 
 
 def test_momentum_applied_exact_small_cases():
@@ -88,7 +88,7 @@ def test_recency_control_reads_each_horizon_and_finds_it_only_where_the_effect_i
 
 
 def test_domain_position_exact_small_cases():
-    from d3ray.census.stats import domain_position
+    from d3ray.lab.census.stats import domain_position
 
     assert domain_position([0, 1, 2, 3], DOMAINS, "c4") == pytest.approx(20 / 6)  # c4 counts 0, 1, 2, 3
     assert domain_position([3, 2, 1, 0], DOMAINS, "c4") == pytest.approx(10 / 6)
@@ -103,7 +103,7 @@ def test_recency_position_effect_uses_every_order_and_reads_its_sign(tmp_path):
 
     import numpy as np
 
-    from d3ray.census.stats import domain_position
+    from d3ray.lab.census.stats import domain_position
 
     rng = np.random.default_rng(0)
     orders = [list(p) for p in itertools.permutations(range(4))]
@@ -141,7 +141,7 @@ def test_recency_found_without_the_strict_bar_when_the_domain_moves_its_loss_by_
     assert -1.2 < control["recency_last"]["mean_z"] < -0.8 and control["recency_last"]["ci_high"] < 0
     assert control["recency_first"]["ci_low"] > 0 and control["recency_last"]["share_past_2"] == 0.0
     assert control["found"] and not control["strict"]
-    from d3ray.census.stats import t_statistic
+    from d3ray.lab.census.stats import t_statistic
 
     assert t_statistic([1, 2, 3]) == pytest.approx(2 / (1 / 3**0.5))
     zs = [r["recency_last"]["z"] for r in control["chunks"].values()]

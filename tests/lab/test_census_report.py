@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from d3ray.census.analysis import across_chunks, chunk_summary, collect
-from d3ray.census.report import write_report
+from d3ray.lab.census.analysis import across_chunks, chunk_summary, collect
+from d3ray.lab.census.report import write_report
 
 
 def write_branch(cdir, names, order, loss):

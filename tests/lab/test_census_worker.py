@@ -9,10 +9,10 @@ import math
 import numpy as np
 import torch
 
-from d3ray.census.worker import BranchTask, CensusWorker, ChunkData
 from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
 from d3ray.data.chunker import GlobalBatch
+from d3ray.lab.census.worker import BranchTask, CensusWorker, ChunkData
 from d3ray.model import model_config_dict
 from d3ray.train.checkpoint import TrainState, save_checkpoint
 

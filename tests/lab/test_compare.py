@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from d3ray.cli import main
-from d3ray.compare import build_plan, run_grid, write_report
 from d3ray.config_loading import load_config
 from d3ray.faults import FaultPlan, write_plan
+from d3ray.lab.compare import build_plan, run_grid, write_report
 from d3ray.run_files import read_jsonl
 from tests.conftest import make_corpus
 
@@ -57,7 +57,7 @@ def write_compare_config(tmp_path, corpus):
 
 
 def test_compare_grid_reports_failures_and_rerun_skips_finished_runs(ray_cluster, corpus, tmp_path):
-    from d3ray.compare.config import CompareConfig
+    from d3ray.lab.compare.config import CompareConfig
 
     config_file = write_compare_config(tmp_path, corpus)
     plan = build_plan(load_config(CompareConfig, config_file))
@@ -112,7 +112,7 @@ def test_compare_grid_reports_failures_and_rerun_skips_finished_runs(ray_cluster
 def test_compare_parallel_tasks_record_each_runs_error(ray_cluster, corpus, tmp_path):
     """max_concurrent_runs=2: runs are Ray tasks; an error inside one (here a missing validation path,
     found before training) fails that run with its error, the grid goes on."""
-    from d3ray.compare.config import CompareConfig
+    from d3ray.lab.compare.config import CompareConfig
 
     config_file = write_compare_config(tmp_path, corpus)
     cfg = load_config(CompareConfig, config_file, [
@@ -130,7 +130,7 @@ def test_compare_trunk_arms_branch_at_its_checkpoint_with_fresh_schedulers(ray_c
     full 8 steps; an arm resumes from it (LR position, data cursor) and trains steps 5..8 with its own fresh
     scheduler: the reversed arm trains chunk 1 in the reverse of random_order(seed 0, chunk 1), not in the
     trunk's own random order."""
-    from d3ray.compare.config import CompareConfig
+    from d3ray.lab.compare.config import CompareConfig
     from d3ray.schedule.scheduler import random_order
     from d3ray.train.deepspeed_config import lr_factor
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from d3ray.compare.compute import (
+from d3ray.lab.compare.compute import (
     chunk_actor_seconds,
     compute_curve,
     eval_curve,

@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from d3ray.compare.config import CompareConfig
-from d3ray.compare.plan import build_plan
 from d3ray.config_loading import ConfigError, from_dict
+from d3ray.lab.compare.config import CompareConfig
+from d3ray.lab.compare.plan import build_plan
 
 
 def compare_config(tmp_path, arms, **extra):
@@ -83,8 +83,8 @@ def test_plan_finetune_mode_uses_finetune_defaults(tmp_path):
 def test_finished_run_with_another_config_is_refused(tmp_path):
     import yaml
 
-    from d3ray.compare.grid import check_unchanged
     from d3ray.config_loading import to_dict
+    from d3ray.lab.compare.grid import check_unchanged
 
     plan = build_plan(compare_config(tmp_path, [{"name": "random", "set": {"schedule.type": "random"}}]))
     spec = plan.runs[0]
@@ -101,8 +101,8 @@ def test_finished_run_with_another_config_is_refused(tmp_path):
 def test_finished_run_predating_a_key_reads_it_as_the_default(tmp_path, capsys):
     import yaml
 
-    from d3ray.compare.grid import check_unchanged
     from d3ray.config_loading import to_dict
+    from d3ray.lab.compare.grid import check_unchanged
 
     plan = build_plan(compare_config(tmp_path, [{"name": "random", "set": {"schedule.type": "random"}}]))
     spec = plan.runs[0]

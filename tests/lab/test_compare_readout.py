@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from d3ray.compare.readout import (
+from d3ray.lab.compare.readout import (
     PAPER_EFFECT_NATS,
     curve_auc,
     last_k_mean,
@@ -62,8 +62,8 @@ def test_seeds_for_power_paper_effect_and_degenerate_inputs():
 
 
 def test_power_line_known_comparison_names_sd_and_seeds_for_observed_and_paper_effects():
-    from d3ray.compare.report_markdown import power_line
-    from d3ray.compare.stats import TIE, PairedComparison
+    from d3ray.lab.compare.report_markdown import power_line
+    from d3ray.lab.compare.stats import TIE, PairedComparison
 
     # Δ −0.1 with paired sd 0.1: Δ/sd = 1 → 10 seeds; the paper's −0.0429 nats with sd 0.1: more than 10
     c = PairedComparison(n=3, mean_diff=-0.1, std_diff=0.1, ci_low=-0.35, ci_high=0.15, p_value=0.2,
@@ -76,9 +76,9 @@ def test_power_line_known_comparison_names_sd_and_seeds_for_observed_and_paper_e
 
 
 def test_order_noise_line_reports_the_aa_arms_paired_sd_against_the_baseline():
-    from d3ray.compare.report_markdown import _order_noise
-    from d3ray.compare.stats import paired_comparison, summarize
-    from d3ray.compare.table import ArmResult
+    from d3ray.lab.compare.report_markdown import _order_noise
+    from d3ray.lab.compare.stats import paired_comparison, summarize
+    from d3ray.lab.compare.table import ArmResult
 
     # A/A − random per seed: +0.02, −0.02, +0.06 → mean 0.02, sd 0.04
     base, aa = {0: 5.0, 1: 5.1, 2: 5.2}, {0: 5.02, 1: 5.08, 2: 5.26}

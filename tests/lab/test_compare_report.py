@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from d3ray.compare import build_plan, run_grid, write_report
-from d3ray.compare.config import CompareConfig
 from d3ray.config_loading import from_dict
+from d3ray.lab.compare import build_plan, run_grid, write_report
+from d3ray.lab.compare.config import CompareConfig
 
 FINAL = {"random": {0: 5.0, 1: 5.2, 2: 5.4}, "d3": {0: 4.89, 1: 5.10, 2: 5.31}}
 
@@ -103,9 +103,9 @@ def test_report_rerun_with_fewer_arms_leaves_no_stale_plots(tmp_path):
 
 
 def test_report_unigram_cache_is_recomputed_for_other_data(tmp_path):
-    from d3ray.compare.report import unigram_figures
-    from d3ray.compare.table import run_records
-    from d3ray.compare.unigram import figures_key, run_validation_figures
+    from d3ray.lab.compare.report import unigram_figures
+    from d3ray.lab.compare.table import run_records
+    from d3ray.lab.compare.unigram import figures_key, run_validation_figures
     from tests.conftest import make_corpus
 
     figures = []

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from d3ray.compare.stats import (
+from d3ray.lab.compare.stats import (
     BETTER,
     FEW,
     TIE,
@@ -107,7 +107,7 @@ def test_holm_verdicts_four_arms_keep_only_the_call_that_survives_the_adjustment
 
 
 def test_compare_metric_several_arms_reports_holm_verdicts():
-    from d3ray.compare.table import compare_metric
+    from d3ray.lab.compare.table import compare_metric
 
     values = {"random": BASELINE, "a": ARM, "b": {0: 4.95, 1: 5.10, 2: 5.33}, "c": {0: 5.02, 1: 5.19, 2: 5.41}}
     rows = compare_metric("eval/mean_loss", values, {}, ["random", "a", "b", "c"], {}, "random", 0.95)
@@ -119,7 +119,7 @@ def test_compare_metric_several_arms_reports_holm_verdicts():
 
 
 def test_an_arms_control_is_paired_against_it_and_holm_adjusted_on_its_own():
-    from d3ray.compare.table import compare_metric
+    from d3ray.lab.compare.table import compare_metric
 
     # "wide" is the method at another window; "wide-random" its control: the method's Δ against the
     # baseline mixes the window's effect into it, against its control it does not

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from d3ray.compare.config import CompareConfig
-from d3ray.compare.plan import build_plan
-from d3ray.compare.trunk import BRANCH_DIR, branch_checkpoint, branch_schedule_state
 from d3ray.config_loading import ConfigError, from_dict, load_config
+from d3ray.lab.compare.config import CompareConfig
+from d3ray.lab.compare.plan import build_plan
+from d3ray.lab.compare.trunk import BRANCH_DIR, branch_checkpoint, branch_schedule_state
 
 ARMS = [{"name": "random", "set": {"schedule.type": "random"}},
         {"name": "aa", "set": {"schedule.type": "random", "schedule.order_seed": 1}},

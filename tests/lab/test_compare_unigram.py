@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from d3ray.compare.unigram import eval_set_figures, unigram_cross_entropy, unigram_entropy
+from d3ray.lab.compare.unigram import eval_set_figures, unigram_cross_entropy, unigram_entropy
 
 
 def test_unigram_entropy_and_cross_entropy_known_values():

@@ -1,4 +1,4 @@
-"""The pipeline benchmark's CPU accounting (d3ray/bench/cpu_share.py): roles from Ray's process
+"""The pipeline benchmark's CPU accounting (d3ray/lab/bench/cpu_share.py): roles from Ray's process
 titles, a child's CPU time attributed to it, runs pooled by wall time."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from d3ray.bench.cpu_share import PROC, CpuShare, pool_cpu_shares, role_of
+from d3ray.lab.bench.cpu_share import PROC, CpuShare, pool_cpu_shares, role_of
 
 
 @pytest.mark.parametrize(("cmdline", "role"), [

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from d3ray.bench.influence_fidelity import fidelity
-from d3ray.bench.influence_variants import estimator_families, variants
+from d3ray.lab.bench.influence_fidelity import fidelity
+from d3ray.lab.bench.influence_variants import estimator_families, variants
 
 
 def _advantage(seed: int, L: int = 5) -> np.ndarray:
@@ -90,7 +90,7 @@ DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "redpaja
 @pytest.mark.slow
 @pytest.mark.skipif(not DATA.is_dir(), reason=f"real data sample not found at {DATA}")
 def test_bench_influence_quick_runs_end_to_end_on_real_text(tmp_path):
-    from d3ray.bench.influence import add_arguments, run
+    from d3ray.lab.bench.influence import add_arguments, run
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -114,7 +114,7 @@ def test_bench_influence_quick_runs_end_to_end_on_real_text(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(not DATA.is_dir(), reason=f"real data sample not found at {DATA}")
 def test_bench_influence_snapshot_dtype_halves_the_bytes_and_keeps_s(tmp_path):
-    from d3ray.bench.influence import add_arguments, run
+    from d3ray.lab.bench.influence import add_arguments, run
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from d3ray.bench import solver as bench
+from d3ray.lab.bench import solver as bench
 
 
 def _args(tmp_path: Path, *extra: str) -> argparse.Namespace:

@@ -90,8 +90,8 @@ def test_page_scheduler_names_are_registered():
 def test_gpt2_variance_reduced_comparison_builds_every_run_and_fits_one_gpu(tmp_path):
     """jobs/configs/compare_pretrain_gpt2_vr.yaml (issue 28's 124M sizing): every trunk and arm run builds,
     and each fits the one H200 it is sized for (trainer 0.75 GPU + the scheduler's 0.25 actor)."""
-    from d3ray.compare.config import CompareConfig
-    from d3ray.compare.plan import build_plan
+    from d3ray.lab.compare.config import CompareConfig
+    from d3ray.lab.compare.plan import build_plan
 
     cfg = load_config(CompareConfig, REPO / "jobs" / "configs" / "compare_pretrain_gpt2_vr.yaml",
                       [f"--output_dir={tmp_path}"])

@@ -1,6 +1,13 @@
-"""The import structure of d3ray (issue #30): no import circle between its modules, and imports that only
-go down the stages of the pipeline (a module imports from its own layer or a lower one, never a higher one),
-as Ray's ``test_circular_imports.py`` guards Ray's.
+"""The import structure of d3ray (issues #30, #48): no import circle between its modules, imports that only
+go down the layers the package's folders show (a module imports from its own layer or a lower one, never a
+higher one), as Ray's ``test_circular_imports.py`` guards Ray's, and a product that never imports the lab.
+
+Two parts, one door. The product, lowest first: the foundation (the root modules) → data and solvers →
+model → influence → schedule → evaluation, export → train → plots, sweeps → each stage's command. The
+lab (``d3ray/lab/``: compare, census, bench) sits above the whole product: it runs and reads the product,
+and no product module imports it, not even lazily inside a function (:func:`product_to_lab_report`, which
+has no exceptions list). The front door (``d3ray.cli``, ``d3ray.__main__``) sits above both and loads
+every command, the lab's too, by name.
 
 The graph is read from the source (``ast``), without importing anything: every ``import d3ray...`` and
 ``from d3ray... import ...`` (and relative import) of every ``d3ray/**/*.py``, at module level and inside
@@ -29,10 +36,15 @@ PACKAGE = "d3ray"
 
 # ---- the layers, lowest first ------------------------------------------------------------------------------
 # A module belongs to the layer of the longest entry that names it or a package above it (the root package
-# ``d3ray`` only by its exact name). Each stage's ``command.py`` is command-line wiring and sits at the top.
-COMMANDS = ["d3ray.bench.command", "d3ray.census.command", "d3ray.compare.command", "d3ray.data.command",
-            "d3ray.eval.command", "d3ray.export.command", "d3ray.plot.command", "d3ray.schedule.command",
-            "d3ray.solver.command", "d3ray.train.command", "d3ray.tune.command", "d3ray.doctor"]
+# ``d3ray`` only by its exact name). Every package folder of d3ray/ is an entry (test_every_folder_is_a_layer).
+#: The lab: instruments that study the product. The product never imports it.
+LAB = "d3ray.lab"
+#: The front door above the product and the lab: the ``d3ray`` command, which loads each command by name.
+FRONT_DOOR = ["d3ray.cli", "d3ray.__main__"]
+#: Each product stage's command-line wiring (``command.py``), above the stages.
+STAGE_COMMANDS = ["d3ray.data.command", "d3ray.eval.command", "d3ray.export.command", "d3ray.plot.command",
+                  "d3ray.schedule.command", "d3ray.solver.command", "d3ray.train.command", "d3ray.tune.command",
+                  "d3ray.doctor"]
 LAYERS: list[tuple[str, list[str]]] = [
     # errors, the config loader and the registry every stage's config uses, run-directory files, fault drills,
     # Ray object references (the ObjectRef test, the result by a deadline or the fallback)
@@ -55,11 +67,17 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("train", ["d3ray.config", "d3ray.cluster", "d3ray.train"]),
     # after a run: run-directory plots
     ("after the run", ["d3ray.plot"]),
-    # studies over whole runs: Tune sweeps, scheduler comparisons (which use sweeps and plots), census, benches
-    ("studies", ["d3ray.tune", "d3ray.compare", "d3ray.census", "d3ray.bench"]),
-    # the command line: `d3ray` and each stage's subcommands, `d3ray config show`
-    ("command line", ["d3ray.cli", "d3ray.__main__", "d3ray.config_docs", *COMMANDS]),
+    # Ray Tune sweeps over whole runs
+    ("sweeps", ["d3ray.tune"]),
+    # each stage's subcommands, `d3ray config show`, `d3ray doctor`
+    ("stage commands", ["d3ray.config_docs", *STAGE_COMMANDS]),
+    # the lab: scheduler comparisons (which use sweeps and plots), census, benches, their commands, and the
+    # questions they ask of a schedule config (d3ray/lab/schedule_questions.py)
+    ("lab", [LAB]),
+    # the command line: `d3ray`, which loads the stage commands and the lab's by name
+    ("front door", FRONT_DOOR),
 ]
+PRODUCT_LAYERS = [name for name, _ in LAYERS if name not in ("lab", "front door")]
 
 # Imports from a lower layer to a higher one that stay, each with its reason: (importer, imported module). None.
 ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
@@ -253,6 +271,19 @@ def upward_report(imports: list[Import], layers: list[tuple[str, list[str]]] = L
     return problems
 
 
+def in_package(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def product_to_lab_report(imports: list[Import], lab: str = LAB, front_door: Iterable[str] = FRONT_DOOR) -> list[str]:
+    """One message per import of a lab module by a product module (any module outside ``lab`` but the front
+    door), wherever it stands: at module level, inside a function, or under ``TYPE_CHECKING``. No exceptions."""
+    door = set(front_door)
+    return [f"{i.where()}: the product imports the lab ({lab}); the lab may import the product, never the reverse"
+            for i in imports
+            if in_package(i.imported, lab) and not in_package(i.importer, lab) and i.importer not in door]
+
+
 # ---- the checkers themselves, on synthetic graphs ----------------------------------------------------------
 def _imp(a: str, b: str, line: int = 1, **kw) -> Import:
     return Import(a, b, f"{a.replace('.', '/')}.py", line, **kw)
@@ -301,6 +332,41 @@ def test_checker_finds_an_upward_import_and_places_modules_by_longest_entry():
     assert upward_report([up], layers, {("p.low.x", "p.high.y"): "reason"}, "p") == []
 
 
+def test_checker_finds_a_product_import_of_the_lab_at_module_level_in_a_function_and_type_only():
+    modules = ["p", "p.cli", "p.train", "p.train.loop", "p.lab", "p.lab.census", "p.lab.census.worker"]
+    product = (
+        "from typing import TYPE_CHECKING\n"
+        "from p.lab.census import worker\n"     # 2: module level
+        "if TYPE_CHECKING:\n"
+        "    from p.lab import census\n"        # 4: type only
+        "def run():\n"
+        "    from ..lab.census.worker import W\n"  # 6: lazy, relative
+        "    from p import lab\n"               # 7: the lab package itself
+    )
+    found = imports_of("p.train.loop", product, "p/train/loop.py", modules, package="p")
+    lab_side = imports_of("p.lab.census.worker", "from p.train import loop\n", "p/lab/census/worker.py", modules,
+                          package="p")
+    door = imports_of("p.cli", "def main():\n    import p.lab.census\n", "p/cli.py", modules, package="p")
+    problems = product_to_lab_report(found + lab_side + door, "p.lab", ["p.cli"])
+    assert [p.split(" ")[0] for p in problems] == ["p/train/loop.py:2", "p/train/loop.py:4", "p/train/loop.py:6",
+                                                    "p/train/loop.py:7"]
+    assert "(type only)" in problems[1] and "(in a function)" in problems[2]
+    assert product_to_lab_report(lab_side + door, "p.lab", ["p.cli"]) == []  # lab -> product, door -> lab: fine
+
+
+def test_checker_finds_a_product_import_of_the_lab_in_files_on_disk(tmp_path):
+    for name, source in {"p/__init__.py": "", "p/cli.py": "import importlib\n",
+                         "p/train/__init__.py": "", "p/train/loop.py": "def f():\n    import p.lab.bench.step\n",
+                         "p/lab/__init__.py": "", "p/lab/bench/__init__.py": "",
+                         "p/lab/bench/step.py": "from p.train import loop\n"}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(source)
+    (problem,) = product_to_lab_report(package_imports(tmp_path, "p"), "p.lab", ["p.cli"])
+    assert problem.startswith("p/train/loop.py:2 p.train.loop imports p.lab.bench.step (in a function)")
+    (tmp_path / "p/train/loop.py").write_text("def f():\n    return 1\n")
+    assert product_to_lab_report(package_imports(tmp_path, "p"), "p.lab", ["p.cli"]) == []
+
+
 # ---- the checks on d3ray ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def imports() -> list[Import]:
@@ -333,3 +399,19 @@ def test_allowed_exceptions_are_still_needed(imports):
     assert set(ALLOWED_CYCLES) <= {frozenset(c) for c in strongly_connected(runtime)}
     assert all(layer_of(a) is not None and layer_of(b) is not None and layer_of(a) < layer_of(b)
                for a, b in ALLOWED_UPWARD)
+
+
+def test_the_product_never_imports_the_lab(imports):
+    problems = product_to_lab_report(imports)
+    assert not problems, "\n".join(problems)
+
+
+def test_every_folder_is_a_layer_and_the_lab_sits_above_the_product():
+    """Each package folder of d3ray/ (and d3ray/lab/'s) is named by the layers, the lab above every product
+    layer and below the front door only."""
+    entries = {entry for _, layer in LAYERS for entry in layer}
+    folders = {module_name(p.parent / "__init__.py", REPO) for p in (REPO / PACKAGE).glob("*/__init__.py")}
+    assert folders - entries == set(), f"package folders in no layer (add them to LAYERS): {folders - entries}"
+    lab = layer_of(LAB)
+    assert all(layer_of(f"{LAB}.{p.parent.name}") == lab for p in (REPO / PACKAGE / "lab").glob("*/__init__.py"))
+    assert lab == len(PRODUCT_LAYERS) and [name for name, _ in LAYERS[lab:]] == ["lab", "front door"]

@@ -70,7 +70,7 @@ def test_every_torch_load_of_d3ray_goes_through_load_data() -> None:
 def test_the_influence_benchmark_weights_cache_reads_back_as_data(tmp_path: Path) -> None:
     """A cached snapshot as ``bench/influence_setup.trained_weights`` writes it (NumPy weights and moments,
     the optimizer's hyperparameters), read by its ``_load``."""
-    from d3ray.bench.influence_setup import _load
+    from d3ray.lab.bench.influence_setup import _load
 
     weights = {"w": np.linspace(0, 1, 6, dtype=np.float32).reshape(2, 3)}
     optimizer = {"lr": 1e-3, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1, "step": 5,

@@ -7,9 +7,19 @@ import csv
 import io
 import math
 
+import pytest
+
 from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
-from d3ray.tune.results import best_config_yaml, best_row, format_table, rank_rows, results_csv, trial_row
+from d3ray.tune.results import (
+    best_config_yaml,
+    best_row,
+    format_table,
+    gamma_changes_order,
+    rank_rows,
+    results_csv,
+    trial_row,
+)
 
 METRIC = "eval/mean_loss"
 
@@ -88,6 +98,20 @@ def test_format_table_gamma_column_and_note_when_gamma_varies():
     assert "gamma_changes_order" in header and first.split()[-1] == "no" and second.split()[-1] == "yes"
     assert third.split()[-1] == "no"
     assert "only scales S" in text.splitlines()[-1]
+
+
+@pytest.mark.parametrize(("overrides", "answer"), [
+    (["--schedule.type=d3"], "no"),  # the drift estimator with the AdamW step: γ unused
+    (["--schedule.type=d3", "--schedule.influence.estimator.type=lookahead", "--schedule.influence.preconditioner=none"],
+     "yes"),
+    (["--schedule.type=loss", "--schedule.order.type=d3", "--schedule.order.influence.estimator.type=lookahead",
+      "--schedule.order.influence.preconditioner=none"], "yes"),  # a selector's D3 order stage answers
+    (["--schedule.type=odm", "--schedule.order.type=d3"], "no"),
+    (["--schedule.type=loss"], "n/a"),  # its order stage (random) has no γ
+    (["--schedule.type=random"], "n/a"),
+])
+def test_gamma_changes_order_is_read_from_the_influence_the_schedule_declares(overrides, answer):
+    assert gamma_changes_order(cfg(*overrides)) == answer
 
 
 def test_best_config_yaml_loads_as_fresh_run(tmp_path):

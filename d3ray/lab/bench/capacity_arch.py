@@ -1,8 +1,8 @@
 """Architectures of the capacity model (GPT-2 124M, 1B, 7B, 70B): parameters, FLOPs and activations.
 
-Pure functions of a transformer's shape, used by :mod:`d3ray.bench.capacity_model`. The shapes are
+Pure functions of a transformer's shape, used by :mod:`d3ray.lab.bench.capacity_model`. The shapes are
 the published ones (cited per preset) and the counts are exact for the Hugging Face implementations
-(``tests/unit/test_capacity_model.py`` checks them against real ``transformers`` models):
+(``tests/lab/test_capacity_model.py`` checks them against real ``transformers`` models):
 
     GPT-2 (Radford et al. 2019; HF GPT2LMHeadModel, tied lm_head, learned positions, biases):
         N = V·h + T·h + l·(4h² + 2h·f + 9h + f) + 2h                       (f = 4h: 12h² + 13h per layer)

@@ -2,7 +2,7 @@
 
 Three sources, each number tagged in ``DeviceConstants.provenance``:
 
-- ``cpu_constants``: everything measured here by :mod:`d3ray.bench.capacity_measure` (the FLOP/s a
+- ``cpu_constants``: everything measured here by :mod:`d3ray.lab.bench.capacity_measure` (the FLOP/s a
   training step and the influence forward+backward reach, memory copy bandwidth, ``ray.put``/``get``, gloo).
 - ``projected_gpu``: spec-sheet figures (memory, dense bf16 and fp32 FLOP/s, HBM bandwidth) plus stated
   assumptions (MFU, link efficiencies), and the host's ``ray.put``/``get`` rates measured here
@@ -23,9 +23,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from d3ray.bench.capacity_arch import Architecture, architecture_of, train_flops_per_token
-from d3ray.bench.capacity_measure import MeasuredConstants, ModelTiming
-from d3ray.bench.capacity_model import DeviceConstants
+from d3ray.lab.bench.capacity_arch import Architecture, architecture_of, train_flops_per_token
+from d3ray.lab.bench.capacity_measure import MeasuredConstants, ModelTiming
+from d3ray.lab.bench.capacity_model import DeviceConstants
 
 __all__ = [
     "GPU_SPECS",

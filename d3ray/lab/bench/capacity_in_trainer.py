@@ -3,7 +3,7 @@
 The W ranks score chunk c+1 on their ZeRO-3 shards between chunks, so all of
 it is trainer wait. A ZeRO-3 forward+backward all-gathers the 16-bit parameters twice and
 reduce-scatters 16-bit gradients (Rajbhandari et al. 2020, ZeRO §7: 3× the model's bytes), whatever n.
-Built on the shared terms of :mod:`d3ray.bench.capacity_model` (the symbols, c_b and t_allreduce are
+Built on the shared terms of :mod:`d3ray.lab.bench.capacity_model` (the symbols, c_b and t_allreduce are
 defined there):
 
     t_gather = 6·N·(W−1)/W / bw_coll(W),   t_fb = F·n·T / (W·peak·mfu_in_trainer)   (the engine's 16-bit module)
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from d3ray.bench.capacity_arch import Architecture, param_count
-from d3ray.bench.capacity_model import (
+from d3ray.lab.bench.capacity_arch import Architecture, param_count
+from d3ray.lab.bench.capacity_model import (
     DeviceConstants,
     InfluenceLoad,
     Memory,

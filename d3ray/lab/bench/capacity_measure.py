@@ -160,12 +160,12 @@ def time_model(model: str, corpus: Any, batch_size: int, seq_len: int, device: s
     """Train ``repeats + 2`` steps (the first warms up), then time the default influence at those weights."""
     import torch
 
-    from d3ray.bench.influence_setup import PRESET_OF, mixed_batches, train_config
     from d3ray.influence.config import InfluenceConfig
     from d3ray.influence.drift import batch_potential, drift_direction
     from d3ray.influence.estimators import DriftConfig
     from d3ray.influence.optimizer import AdamWState
     from d3ray.influence.worker import InfluenceWorker, sample_rows
+    from d3ray.lab.bench.influence_setup import PRESET_OF, mixed_batches, train_config
     from d3ray.model import ModelConfig, build_model, model_config_dict
 
     preset = PRESET_OF.get(model, model)  # a bench name (tiny, small) or a d3ray preset (gpt2-124m)

@@ -1,14 +1,14 @@
 """The capacity model of D3's influence stage: its inputs and the per-batch terms both placements share.
 
-Pure functions of an :class:`~d3ray.bench.capacity_arch.Architecture`, the influence knobs
+Pure functions of an :class:`~d3ray.lab.bench.capacity_arch.Architecture`, the influence knobs
 (:class:`InfluenceLoad`) and the constants of a device (:class:`DeviceConstants`: measured on this
 machine, projected for GPUs, or measured on a GPU by ``bench/gpu_check.sh``). Context: issues 15, 27
 ("Speed") and 29 (item 4), docs/design/system.md §5. Symbols: N parameters, B sequences per
 batch, T tokens per sequence, L batches per chunk, s = sample_fraction, n = max(1, round(s·B)) scored
 sequences per batch (``d3ray.influence.worker.sample_rows``), W trainer ranks, G influence actors, S
 sketched statistics, k sketch size, σ SJLT nonzeros per coordinate, bw_mem the device's memory bandwidth
-for elementwise work. The two placements build on these terms: :mod:`d3ray.bench.capacity_snapshot`
-(influence actors with a full replica each, the default) and :mod:`d3ray.bench.capacity_in_trainer`
+for elementwise work. The two placements build on these terms: :mod:`d3ray.lab.bench.capacity_snapshot`
+(influence actors with a full replica each, the default) and :mod:`d3ray.lab.bench.capacity_in_trainer`
 (the trainer ranks score on their ZeRO-3 shards). Both target wait / t_chunk ≤ 2% (issue 15).
 
 Time of one trained chunk (staleness 1: chunk c+1 is scored while chunk c trains):
@@ -58,7 +58,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from d3ray.bench.capacity_arch import Architecture, param_count, train_flops_per_token
+from d3ray.lab.bench.capacity_arch import Architecture, param_count, train_flops_per_token
 
 __all__ = [
     "ESTIMATORS",
@@ -183,7 +183,7 @@ class InfluenceLoad:
     adam: bool = True
     """Preconditioner ``adam``: m and v travel with the weights (the drift needs them)."""
     snapshot_bytes_per_value: int = 2
-    """``schedule.snapshot_dtype``: 2 (bfloat16, the default) or 4 (float32)."""
+    """``schedule.placement.snapshot_dtype``: 2 (bfloat16, the default) or 4 (float32)."""
     k: int = 16384
     """Sketch size (sketched estimators only; the sjlt default)."""
     statistics: int = 2

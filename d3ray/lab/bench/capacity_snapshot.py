@@ -1,7 +1,7 @@
 """The capacity model's snapshot placement (the default): trainer rank 0 publishes, actors score.
 
 Trainer rank 0 publishes, synchronously (``d3ray.train.trainer_side.publish_snapshot``); influence actors with a
-full replica each score whole batches. Built on the shared terms of :mod:`d3ray.bench.capacity_model`
+full replica each score whole batches. Built on the shared terms of :mod:`d3ray.lab.bench.capacity_model`
 (the symbols, t_step, t_batch(ranks), c_b and t_allreduce are defined there). What travels, as ``d3ray.train.snapshot`` ships it:
 
     snapshot = b·(N + V·h if the embedding is tied) + 2·b·N with adam      (b = 2: bfloat16, the default;
@@ -36,8 +36,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from d3ray.bench.capacity_arch import Architecture, activation_bytes, largest_tensor, param_count, tied_copy
-from d3ray.bench.capacity_model import (
+from d3ray.lab.bench.capacity_arch import (
+    Architecture,
+    activation_bytes,
+    largest_tensor,
+    param_count,
+    tied_copy,
+)
+from d3ray.lab.bench.capacity_model import (
     DeviceConstants,
     InfluenceLoad,
     Memory,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-#: CLI name → (module of d3ray.bench, help).
+#: CLI name → (module of d3ray.lab.bench, help).
 BENCHMARKS = {
     "solver": ("solver", "ordering solvers vs RSR and the exact optimum on planted, random and influence S"),
     "influence": ("influence", "influence estimators and sketches: cost vs a training step, fidelity vs the reference"),
@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("bench", help="benchmarks (JSON out, ratios against a baseline)")
     sub = parser.add_subparsers(dest="bench", required=True, metavar="BENCH")
     for name, (module_name, help_text) in BENCHMARKS.items():
-        module = importlib.import_module(f"d3ray.bench.{module_name}")
+        module = importlib.import_module(f"d3ray.lab.bench.{module_name}")
         bench = sub.add_parser(name, help=help_text)
         module.add_arguments(bench)
         bench.set_defaults(func=module.run)

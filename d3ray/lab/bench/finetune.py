@@ -33,10 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from d3ray.bench.pipeline import _summarise
     from d3ray.cluster import start_ray, worker_env
     from d3ray.config import RunConfig
     from d3ray.config_loading import load_config
+    from d3ray.lab.bench.pipeline import _summarise
     from d3ray.train.defaults import FINETUNE_DEFAULTS
 
     steps, preset = (8, "gpt2-tiny") if args.quick else (args.steps, args.preset)

@@ -45,17 +45,17 @@ from typing import Any
 
 import numpy as np
 
-from d3ray.bench.influence_cost import attach_costs, cost_variants
-from d3ray.bench.influence_fidelity import chunk_scores, fidelity_record, merge_scores, score_variants
-from d3ray.bench.influence_setup import (
+from d3ray.lab.bench.influence_cost import attach_costs, cost_variants
+from d3ray.lab.bench.influence_fidelity import chunk_scores, fidelity_record, merge_scores, score_variants
+from d3ray.lab.bench.influence_setup import (
     DEFAULT_DATA,
     load_corpus,
     mixed_batches,
     model_config,
     trained_weights,
 )
-from d3ray.bench.influence_snapshot import bench_snapshot_dtype, print_snapshot_table
-from d3ray.bench.influence_variants import ESTIMATORS, estimator_families, variants
+from d3ray.lab.bench.influence_snapshot import bench_snapshot_dtype, print_snapshot_table
+from d3ray.lab.bench.influence_variants import ESTIMATORS, estimator_families, variants
 
 logger = logging.getLogger(__name__)
 

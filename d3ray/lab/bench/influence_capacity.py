@@ -23,11 +23,11 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from d3ray.bench.capacity_arch import ARCHITECTURES, Architecture, param_count
-from d3ray.bench.capacity_in_trainer import (
+from d3ray.lab.bench.capacity_arch import ARCHITECTURES, Architecture, param_count
+from d3ray.lab.bench.capacity_in_trainer import (
     in_trainer_plan,
 )
-from d3ray.bench.capacity_model import (
+from d3ray.lab.bench.capacity_model import (
     ESTIMATORS,
     POTENTIAL_BYTES,
     POTENTIALS,
@@ -35,11 +35,11 @@ from d3ray.bench.capacity_model import (
     InfluenceLoad,
     chunk_coordinate_bytes,
 )
-from d3ray.bench.capacity_snapshot import (
+from d3ray.lab.bench.capacity_snapshot import (
     chunk_cost,
     snapshot_plan,
 )
-from d3ray.bench.influence_setup import DEFAULT_DATA
+from d3ray.lab.bench.influence_setup import DEFAULT_DATA
 
 logger = logging.getLogger(__name__)
 
@@ -93,8 +93,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Measure (or reload ``--measured``), model, print, write JSON."""
-    from d3ray.bench import capacity_devices as devices
-    from d3ray.bench import capacity_measure as measure
+    from d3ray.lab.bench import capacity_devices as devices
+    from d3ray.lab.bench import capacity_measure as measure
 
     load = InfluenceLoad(estimator=args.estimator, L=args.L, sample_fraction=args.sample_fraction, k=args.k,
                          snapshot_bytes_per_value=2 if args.snapshot_dtype == "bfloat16" else 4,
@@ -151,8 +151,8 @@ def _measure(args: argparse.Namespace, load: InfluenceLoad) -> tuple[Any, dict[s
     """All measurements of this machine (``capacity_measure``), in one process (the all-reduce spawns two)."""
     import torch
 
-    from d3ray.bench import capacity_measure as measure
-    from d3ray.bench.influence_setup import load_corpus
+    from d3ray.lab.bench import capacity_measure as measure
+    from d3ray.lab.bench.influence_setup import load_corpus
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -200,7 +200,7 @@ def _plans(arch: Architecture, load: InfluenceLoad, dev: DeviceConstants, ranks:
 
 def _gpu_devices(args: argparse.Namespace, measured: Any) -> list[DeviceConstants]:
     """On a GPU: its measured constants. Else ``--gpu-constants`` when the file exists, else projections."""
-    from d3ray.bench import capacity_devices as devices
+    from d3ray.lab.bench import capacity_devices as devices
 
     kinds = [g for g in args.gpu.split(",") if g]
     if args.device.startswith("cuda"):

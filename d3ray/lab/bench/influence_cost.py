@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from d3ray.bench.influence_variants import estimator_config, preconditioners, variant_label
+from d3ray.lab.bench.influence_variants import estimator_config, preconditioners, variant_label
 
 
 def cost_variants(records, model, cfg_dict, parts, batches, base, todo, args) -> None:

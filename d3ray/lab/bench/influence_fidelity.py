@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from d3ray.bench.influence_variants import PROBES, estimator_config, preconditioners, variant_label
+from d3ray.lab.bench.influence_variants import PROBES, estimator_config, preconditioners, variant_label
 
 
 def _offdiag(S: np.ndarray) -> np.ndarray:

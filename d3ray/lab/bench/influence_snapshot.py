@@ -1,7 +1,7 @@
 """``d3ray bench influence --snapshot-dtype``: what a 16-bit weights snapshot saves and what it costs.
 
 Every chunk, trainer rank 0 publishes the weights and the AdamW m, v for the influence actors
-(d3ray/train/snapshot.py), in ``schedule.snapshot_dtype``. For each bench model and training step
+(d3ray/train/snapshot.py), in ``schedule.placement.snapshot_dtype``. For each bench model and training step
 count this section builds both snapshots of the SAME trained weights through the trainers' own
 conversion (``ship_state``, ``ship_optimizer_state``) and reports:
 
@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from d3ray.bench.influence_fidelity import fidelity, median
-from d3ray.bench.influence_setup import TrainedWeights, mixed_batches
+from d3ray.lab.bench.influence_fidelity import fidelity, median
+from d3ray.lab.bench.influence_setup import TrainedWeights, mixed_batches
 
 DTYPES = ("float32", "bfloat16")
 

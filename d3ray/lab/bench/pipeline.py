@@ -17,18 +17,18 @@ that on the scheduler. The figures pool every step and token of the repeats:
     step_sec_ratio         = mean step time ÷ random order's (what weighting adds to a step), also
                              as a ratio of medians (robust to the box's spikes) and per repeat (spread)
     influence_sec / solver_sec per chunk, fallback count (D3)
-    snapshot_bytes per chunk and its dtype (schedulers that read weights; ``schedule.snapshot_dtype``)
+    snapshot_bytes per chunk and its dtype (schedulers that read weights; ``schedule.placement.snapshot_dtype``)
     cpu_share              = per process role (trainers, influence actor, coordinator, driver, Ray), the
                              share of the box's cores it used over each whole run (setup included):
                              what the scheduler's actors take and what it costs the trainers beyond
-                             that (``d3ray/bench/cpu_share.py``; Linux only)
+                             that (``d3ray/lab/bench/cpu_share.py``; Linux only)
 
 The scheduler runs with the run config's defaults for it (D3: ``d3ray.config.FIRST_RUN_SCHEDULE``, the
 influence defaults: drift with ``residual: none`` and the AdamW step, the exact potential of 1/8 of each
 batch's sequences over all parameters, nothing sketched, scored by the trainers themselves
-(``influence_placement: auto``), chunk 0 in stream order: ``first_chunk_stream_order`` counts such rows);
-``--set KEY=VALUE`` changes them for the scheduler's run only (``--set schedule.influence_placement=actors``:
-the influence actor, at niceness 19 where it shares the trainers' cores; Ray runs every worker at 15),
+(``placement: {type: in_trainer}``), chunk 0 in stream order: ``first_chunk_stream_order`` counts such rows);
+``--set KEY=VALUE`` changes them for the scheduler's run only (``--set 'schedule.placement={type: actors, nice:
+19}'``: the influence actor, at niceness 19 where it shares the trainers' cores; Ray runs every worker at 15),
 and the JSON records the resolved schedule config. On a 2-core box influence is CPU work on the trainers'
 cores whoever does it; on GPU clusters the actors have their own (fractional) GPU. Measured figures:
 README.md ("Benchmarks").
@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from d3ray.bench.cpu_share import pool_cpu_shares
+from d3ray.lab.bench.cpu_share import pool_cpu_shares
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "which runs first, and the figures pool the steps of every run")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
                         help="a dotted override for the scheduler's run only (repeatable), "
-                             "e.g. schedule.influence_num_gpus=0.25")
+                             "e.g. 'schedule.placement={type: actors, num_gpus: 0.25}'")
     parser.add_argument("overrides", nargs="*", help="extra dotted overrides for both runs (key=value)")
 
 
@@ -132,7 +132,7 @@ def _summarise(run_dir: Path, final: dict[str, Any], L: int) -> dict[str, Any]:
     if publish:  # the trainers' time publishing weight snapshots at chunk boundaries (not wait, not steps)
         out["snapshot_sec"] = float(sum(publish))
         out["snapshot_fraction"] = float(sum(publish) / train_s)
-    if scoring:  # influence_placement in_trainer: trainer time spent sketching (not wait)
+    if scoring:  # placement in_trainer: trainer time spent sketching (not wait)
         out["in_trainer_influence_sec"] = float(sum(scoring))
         out["in_trainer_influence_fraction"] = float(sum(scoring) / train_s)
         for part in ("fetch", "score"):  # the pass split: the batches' fetch, and the scoring itself
@@ -270,9 +270,9 @@ def repeat_order(repeats: int) -> list[tuple[int, bool]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from d3ray.bench.cpu_share import CpuShare
     from d3ray.cluster import start_ray, worker_env
     from d3ray.config_loading import to_dict
+    from d3ray.lab.bench.cpu_share import CpuShare
 
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 2)
     if repeats < 1:

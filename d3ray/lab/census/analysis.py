@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from d3ray.census.census import mean_loss, read_json
-from d3ray.census.stats import (
+from d3ray.lab.census.census import mean_loss, read_json
+from d3ray.lab.census.stats import (
     beats_median,
     domain_position,
     half_of,
@@ -176,9 +176,9 @@ def recency_control(entries: dict[tuple[int, int], dict[str, Any]], domain: str 
 
     ``metric``: ``eval`` (right after the branched chunk) or ``persist_eval`` (after the shared persist
     chunks). The horizon matters under AdamW: a batch's gradient reaches the weights through the
-    momentum, a fraction 1 − β1^n of it after n steps (:func:`~d3ray.census.stats.momentum_applied`), so
+    momentum, a fraction 1 − β1^n of it after n steps (:func:`~d3ray.lab.census.stats.momentum_applied`), so
     right after the chunk the last batches are the least applied."""
-    from d3ray.census.orders import control_domain
+    from d3ray.lab.census.orders import control_domain
 
     chunks: dict[str, Any] = {}
     for (K, c), entry in sorted(entries.items()):
@@ -227,7 +227,7 @@ def position_summary(per_chunk: list[dict[str, Any]], keys: tuple[str, ...]) -> 
     ``resolved`` when the Spearman interval excludes 0 (the census sees the position move the loss);
     ``better`` = ``"late"`` when later lowers the loss (mean Spearman < 0), ``"early"`` when earlier does.
     The planted batch's position (:func:`planted_control`) and the recency domain's
-    (:func:`~d3ray.census.stats.domain_position`, :func:`recency_control`) are both read this way."""
+    (:func:`~d3ray.lab.census.stats.domain_position`, :func:`recency_control`) are both read this way."""
     out: dict[str, Any] = {}
     for key in keys:
         values = [r[key] for r in per_chunk]
@@ -247,7 +247,7 @@ PLANTED_PLACED = ("d3", "d3_reverse", "lookahead", "lookahead_reverse", "planted
 def planted_control(entries: dict[tuple[int, int], dict[str, Any]], L: int) -> dict[str, Any]:
     """The planted-batch control: per chunk (one batch planted, ``orders.json`` ``planted``), the held-out
     loss against the planted batch's position (1..L) over the random orders (and ``perm_*``):
-    :func:`~d3ray.census.stats.position_effect` (Spearman, Pearson, early- and late-half means, the better
+    :func:`~d3ray.lab.census.stats.position_effect` (Spearman, Pearson, early- and late-half means, the better
     half), and where D3, its reverse, the look-ahead and the two control orders put the batch (position,
     half, and z of their loss against the random orders). Across chunks: the mean Spearman and Pearson
     and the mean late − early difference with 95% t-intervals; ``found`` when the Spearman interval

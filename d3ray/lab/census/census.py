@@ -26,7 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from d3ray.census.orders import (
+from d3ray.config import RunConfig
+from d3ray.errors import DataPathError, UserError
+from d3ray.lab.census.orders import (
     MAX_ALL_ORDERS_L,
     all_orders,
     census_orders,
@@ -35,11 +37,10 @@ from d3ray.census.orders import (
     random_orders,
     recency_orders,
 )
-from d3ray.census.planted import PLANTED_KINDS, plant_chunk, planted_orders, planting
-from d3ray.census.ramp import ramp_chunk
-from d3ray.census.restore import check_checkpoint
-from d3ray.config import RunConfig
-from d3ray.errors import DataPathError, UserError
+from d3ray.lab.census.planted import PLANTED_KINDS, plant_chunk, planted_orders, planting
+from d3ray.lab.census.ramp import ramp_chunk
+from d3ray.lab.census.restore import check_checkpoint
+from d3ray.lab.schedule_questions import census_schedule_types, permutes_stream_batches
 
 logger = logging.getLogger(__name__)
 
@@ -186,10 +187,8 @@ def check_trunk_checkpoints(cfg: RunConfig, checkpoints: list[int] | None) -> No
 def check_inputs(info: RunInfo, options: CensusOptions) -> list[int]:
     """Every check that needs no Ray and no training; the checkpoints to branch from."""
     schedule = info.cfg.schedule
-    if not schedule.permutes_stream_batches:  # any other order of the same batches is a counterfactual then
-        from d3ray.schedule.config import ScheduleConfig
-
-        runs_of = [name for name in ScheduleConfig.known() if ScheduleConfig.lookup(name).permutes_stream_batches]
+    if not permutes_stream_batches(schedule):  # any other order of the same batches is a counterfactual then
+        runs_of = census_schedule_types()
         raise UserError(f"census: the run's schedule.type={schedule.type_name} does not train its chunks as an order "
                         f"of the stream's batches; the census branches runs of {', '.join(runs_of)}")
     for path in options.eval_files:
@@ -288,7 +287,7 @@ def read_json(path: Path) -> Any:
 
 def chunk_orders(options: CensusOptions, L: int, K: int, chunk_id: int, run_order: tuple[int, ...] | None,
                  computed: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    """Name → order of one chunk's branches (see :func:`d3ray.census.orders.census_orders`)."""
+    """Name → order of one chunk's branches (see :func:`d3ray.lab.census.orders.census_orders`)."""
     named = census_orders(
         L, run=run_order, d3=computed.get("d3"), lookahead=computed.get("lookahead"),
         random=random_orders(L, options.random_orders, options.seed, K, chunk_id),
@@ -360,11 +359,11 @@ def run_census(options: CensusOptions) -> dict[str, Any]:
     """Check, branch every (checkpoint, chunk, order) not on disk yet, and write the report."""
     import ray
 
-    from d3ray.census.pool import WorkerPool, describe_error
-    from d3ray.census.worker import BranchTask, CensusWorker, ChunkData
     from d3ray.cluster import start_ray, worker_env
+    from d3ray.lab.census.pool import WorkerPool, describe_error
+    from d3ray.lab.census.worker import BranchTask, CensusWorker, ChunkData
     from d3ray.model import model_config_dict
-    from d3ray.schedule.order.configs import D3ScheduleConfig
+    from d3ray.schedule.order.d3 import ActorsPlacement, D3ScheduleConfig
     from d3ray.train.prepare import load_eval_sets, prepare_data
 
     info = load_run(options.run_dir)
@@ -382,7 +381,9 @@ def run_census(options: CensusOptions) -> dict[str, Any]:
                         f"{', '.join(sorted(eval_sets))}): the recency control reads that domain's held-out loss")
     model_config = model_config_dict(cfg.model, prepared.vocab_size, prepared.data.seq_len, prepared.eos_id)
     d3 = cfg.schedule if isinstance(cfg.schedule, D3ScheduleConfig) else D3ScheduleConfig(L=cfg.schedule.L)
-    snapshot_dtype = d3.snapshot_dtype if isinstance(cfg.schedule, D3ScheduleConfig) else "float32"
+    # a D3 run's snapshot dtype (its actors'; an in-trainer run's D3 reads the actors' default), else float32
+    snapshot_dtype = (getattr(d3.placement, "snapshot_dtype", ActorsPlacement().snapshot_dtype)
+                      if isinstance(cfg.schedule, D3ScheduleConfig) else "float32")
     L = cfg.schedule.L
     options.out.mkdir(parents=True, exist_ok=True)
     if not any(branches_to_train(options, info, K, c) for K in Ks for c in range(K, K + options.chunks)):

@@ -1,4 +1,4 @@
-"""``d3ray census RUN_DIR --out DIR``: counterfactual chunks of a finished run (d3ray/census/README.md).
+"""``d3ray census RUN_DIR --out DIR``: counterfactual chunks of a finished run (d3ray/lab/census/README.md).
 
     d3ray census runs/tiny --out /tmp/census --checkpoints 4,8 --chunks 2 --random-orders 8
     d3ray census --config jobs/configs/census_pretrain_tiny.yaml --out /tmp/census --checkpoints 10,20,30
@@ -92,9 +92,9 @@ def run_dir_of(args: argparse.Namespace) -> Path:
         if args.overrides:
             raise UserError(f"census: dotted overrides {args.overrides} apply to --config's run only")
         return Path(args.run_dir)
-    from d3ray.census.census import check_trunk_checkpoints
     from d3ray.config import RunConfig
     from d3ray.config_loading import load_config
+    from d3ray.lab.census.census import check_trunk_checkpoints
     from d3ray.run_files import is_finished
 
     cfg = load_config(RunConfig, args.config, args.overrides)
@@ -109,8 +109,8 @@ def run_dir_of(args: argparse.Namespace) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from d3ray.census.census import CensusOptions, check_inputs, load_run, run_census
-    from d3ray.census.report import write_report
+    from d3ray.lab.census.census import CensusOptions, check_inputs, load_run, run_census
+    from d3ray.lab.census.report import write_report
 
     options = CensusOptions(
         run_dir=run_dir_of(args), out=Path(args.out), checkpoints=args.checkpoints,

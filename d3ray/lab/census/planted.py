@@ -7,7 +7,7 @@
 
 The census then orders and trains the planted chunk like any other (S, D3's order and every branch see
 it), and the report asks where the planted batch's position in an order moves the held-out loss
-(``d3ray.census.stats.position_effect``): an effect the census must find before its null on D3 means
+(``d3ray.lab.census.stats.position_effect``): an effect the census must find before its null on D3 means
 anything. Pure functions, no Ray and no torch.
 """
 

@@ -1,7 +1,7 @@
 """The census report, rebuilt from the branch files alone: ``census.json``, ``results.md``, one PNG per
 checkpoint.
 
-The numbers come from :mod:`d3ray.census.analysis` (per chunk, across chunks, the controls); this module
+The numbers come from :mod:`d3ray.lab.census.analysis` (per chunk, across chunks, the controls); this module
 writes them out: the JSON, the markdown tables and verdicts, and the per-checkpoint plots.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from d3ray.census.analysis import (
+from d3ray.lab.census.analysis import (
     MARKED,
     across_chunks,
     across_exhaustive,
@@ -23,8 +23,8 @@ from d3ray.census.analysis import (
     planted_control,
     recency_control,
 )
-from d3ray.census.census import mean_loss
-from d3ray.census.stats import momentum_applied
+from d3ray.lab.census.census import mean_loss
+from d3ray.lab.census.stats import momentum_applied
 
 
 def _f(x: Any, digits: int = 4) -> str:
@@ -186,7 +186,7 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
 
 def exhaustive_markdown(summary: dict[str, Any], chunks: dict[str, Any], metric: str, L: int) -> list[str]:
     """The "All L! orders" section: how far D3 and the other marked orders are from the true best order
-    (:func:`~d3ray.census.analysis.all_orders_summary`)."""
+    (:func:`~d3ray.lab.census.analysis.all_orders_summary`)."""
     def ci(d: dict[str, float], digits: int) -> str:
         return f"{_f(d['mean'], digits)} [{_f(d['ci_low'], digits)}, {_f(d['ci_high'], digits)}]"
 
@@ -289,7 +289,7 @@ def horizon(metric: str, setup: dict[str, Any]) -> str:
 
 def recency_markdown(control: dict[str, Any], title: str, setup: dict[str, Any], extra: int) -> list[str]:
     """The recency control's section read ``extra`` optimizer steps after the branched chunk's last
-    (:func:`~d3ray.census.analysis.recency_control`)."""
+    (:func:`~d3ray.lab.census.analysis.recency_control`)."""
     L, beta1 = int(setup["L"]), setup.get("beta1")
     lines = [f"## Positive control: recency, {title}", "",
              "Per chunk the control domain is the one whose count per batch varies most (or `--control-domain`); "
@@ -298,7 +298,7 @@ def recency_markdown(control: dict[str, Any], title: str, setup: dict[str, Any],
              "< recency_first, with |z| >= 2.", ""]
     if setup.get("recency_layout") == "ramp":
         lines += [f"Layout `ramp` (`--recency-layout ramp`): every branched chunk's sequences were re-dealt so that "
-                  f"{setup.get('control_domain')}'s count rises linearly over its batches (`d3ray/census/ramp.py`), and "
+                  f"{setup.get('control_domain')}'s count rises linearly over its batches (`d3ray/lab/census/ramp.py`), and "
                   f"every order trained the re-dealt chunk. A sort by count is then as far from a random order as "
                   f"{L} batches allow: if the loss is linear in the domain's positions, |z| = √(L − 1) = "
                   f"{math.sqrt(L - 1):.2f} at most.", ""]
@@ -354,7 +354,7 @@ def recency_verdict(control: dict[str, Any], beta1: float | None = None) -> str:
 
 def position_lines(position: dict[str, Any] | None) -> list[str]:
     """The recency control's second read-out: the domain's place in every trained order against its loss
-    (:func:`~d3ray.census.analysis.position_summary`), which uses all the orders of a chunk, not two."""
+    (:func:`~d3ray.lab.census.analysis.position_summary`), which uses all the orders of a chunk, not two."""
     if not position or not position["spearman"]["n"]:
         return []
     rho, r = position["spearman"], position["pearson"]

@@ -15,7 +15,7 @@
       the engine's weights, its torch AdamW state per parameter and param groups (lr, betas, ...),
       the LR schedule and the step counters; rank 0's RNG (rng_rank0.pt)
 
-Why one ZeRO-0 rank and not the run's stage (d3ray/census/README.md, "ZeRO 0-3"): ZeRO shards the same
+Why one ZeRO-0 rank and not the run's stage (d3ray/lab/census/README.md, "ZeRO 0-3"): ZeRO shards the same
 elementwise AdamW over ranks; with one rank there is nothing to shard, and the torch AdamW state of a ZeRO-0
 engine is what the worker copies and restores per branch. The branch trains with the trainers' own
 ``train_step``; the integration test checks that a branch in the run's order reproduces the run's next
@@ -116,7 +116,7 @@ def check_checkpoint(checkpoint: Path) -> CheckpointLayout:
         return layout  # engine.load_checkpoint reads it as the trainers do on resume
     if layout.bf16:
         raise UserError(f"census: checkpoint {checkpoint} was written at ZeRO-{layout.stage} in bf16; the census merges "
-                        "ZeRO 1-3 shards into an fp32 one-rank engine only (d3ray/census/README.md): census an fp32 "
+                        "ZeRO 1-3 shards into an fp32 one-rank engine only (d3ray/lab/census/README.md): census an fp32 "
                         "run (train.precision=fp32) or a ZeRO-0 one")
     kinds = ("optim", "model") if layout.stage == 3 else ("optim",)
     missing = [_shard(r, kind) for kind in kinds for r in range(layout.world_size)

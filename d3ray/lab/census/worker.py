@@ -13,7 +13,7 @@ The engine is world size 1 (gloo, or NCCL on a GPU) with gradient accumulation o
 batch: the micro-batches are the trainer's (rows ``[k·m, (k+1)·m)`` of the global batch whatever the
 number of ranks, d3ray/train/loop.py), DeepSpeed averages the accumulated gradients as the ranks'
 all-reduce does, so a branch in the run's own order reproduces the run's next checkpoint (up to the
-order of floating-point sums; ``tests/integration/test_census.py`` checks it).
+order of floating-point sums; ``tests/lab/test_census.py`` checks it).
 
 A plain class (docs/design/conventions.md §3): ``command.py`` wraps it with ``ray.remote`` where it is created.
 """
@@ -138,7 +138,7 @@ class CensusWorker:
         """Load ``checkpoint`` into the engine (skipped when it is loaded already) and keep a copy."""
         import torch
 
-        from d3ray.census.restore import load_for_census
+        from d3ray.lab.census.restore import load_for_census
 
         if self.loaded == checkpoint:
             return

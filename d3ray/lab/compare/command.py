@@ -17,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "compare",
         help="compare schedulers: arms × seeds at equal training tokens, report with paired tests",
-        description="Run every arm × seed of a comparison file (see d3ray/compare/README.md) at equal training "
+        description="Run every arm × seed of a comparison file (see d3ray/lab/compare/README.md) at equal training "
         "tokens, skipping finished runs, then write <output_dir>/report/ (results.md, results.csv, PNGs). "
         "Dotted overrides follow: --seeds='[0, 1]' --max_concurrent_runs=4.",
     )
@@ -31,10 +31,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from d3ray.compare.config import CompareConfig
-    from d3ray.compare.grid import outcomes_on_disk, run_grid
-    from d3ray.compare.plan import build_plan
     from d3ray.config_loading import load_config
+    from d3ray.lab.compare.config import CompareConfig
+    from d3ray.lab.compare.grid import outcomes_on_disk, run_grid
+    from d3ray.lab.compare.plan import build_plan
     from d3ray.run_files import is_finished
 
     cfg = load_config(CompareConfig, args.config, args.overrides)
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     outcomes = outcomes_on_disk(plan) if args.report_only else run_grid(plan)
     arms = ["--only-arms", args.only_arms] if args.only_arms else []
     command = " ".join(shlex.quote(a) for a in ["d3ray", "compare", "--config", args.config, *arms, *args.overrides])
-    from d3ray.compare.report import write_report
+    from d3ray.lab.compare.report import write_report
 
     report = write_report(plan, outcomes, command)
     print(f"report: {report['dir'] / 'results.md'}")

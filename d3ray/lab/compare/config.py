@@ -11,7 +11,7 @@
       - {name: d3, set: {schedule.type: d3, schedule.influence.estimator: fisher}}
 
 Every arm × seed is one ``run_pretrain`` run named ``<arm>-s<seed>`` in ``<output_dir>/runs``; the
-report goes to ``<output_dir>/report``. See ``d3ray/compare/README.md``.
+report goes to ``<output_dir>/report``. See ``d3ray/lab/compare/README.md``.
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from d3ray.compare.plan import ComparePlan, RunSpec
 from d3ray.config import RunConfig
+from d3ray.lab.compare.plan import ComparePlan, RunSpec
 from d3ray.run_files import FINAL_METRICS, is_finished
 
 logger = logging.getLogger(__name__)
@@ -196,7 +196,7 @@ def _branch_from_trunks(plan: ComparePlan, todo: list[RunSpec], run: Any) -> tup
     outcomes of those that cannot (their trunk failed)."""
     if not plan.trunks:
         return todo, []
-    from d3ray.compare.trunk import BRANCH_DIR, branch_checkpoint
+    from d3ray.lab.compare.trunk import BRANCH_DIR, branch_checkpoint
 
     trunks = [plan.trunks[seed] for seed in sorted({spec.seed for spec in todo})]
     pending = [t for t in trunks if not is_finished(t.run_dir)]

@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from d3ray.compare.config import ArmConfig, CompareConfig
-from d3ray.compare.trunk import BRANCH_DIR, same_stream
 from d3ray.config import RunConfig, absolute_paths
 from d3ray.config_loading import ConfigError, apply_overrides, flatten_dotted, from_dict, load_config, to_dict
+from d3ray.lab.compare.config import ArmConfig, CompareConfig
+from d3ray.lab.compare.trunk import BRANCH_DIR, same_stream
+from d3ray.lab.schedule_questions import orders_by_influence
 from d3ray.registry import ChoiceConfig
 
 #: What fixes the training tokens of a run (and makes losses comparable, nats per token of one
@@ -129,7 +130,7 @@ def build_plan(cfg: CompareConfig) -> ComparePlan:
         if arm_cfg is not None:
             check_equal_tokens(base_cfg, arm_cfg, arm.name)
         arm_cfgs[arm.name] = arm_cfg
-        methods[arm.name] = arm.method if arm.method is not None else (arm_cfg is not None and arm_cfg.schedule.orders_by_influence)
+        methods[arm.name] = arm.method if arm.method is not None else (arm_cfg is not None and orders_by_influence(arm_cfg.schedule))
         for seed in cfg.seeds:
             name = f"{arm.name}-s{seed}"
             config = None

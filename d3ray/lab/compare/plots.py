@@ -19,9 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from d3ray.compare.compute import compute_curve, eval_curve
-from d3ray.compare.plan import ComparePlan
-from d3ray.compare.table import RunRecord
+from d3ray.lab.compare.compute import compute_curve, eval_curve
+from d3ray.lab.compare.plan import ComparePlan
+from d3ray.lab.compare.table import RunRecord
+from d3ray.lab.schedule_questions import influence_actor_count
 from d3ray.run_files import read_jsonl
 
 SFT_KEY = re.compile(r"^eval/(sft:[^:/]+):([^:/]+)(?::d(\d+))?/exact_match$")
@@ -141,7 +142,7 @@ def plot_loss_vs_compute(plan: ComparePlan, records: list[RunRecord], out: Path)
     for r in records:
         cfg = configs[r.run_dir.name]
         steps, vals = eval_curve(r.run_dir, metric)
-        c_steps, spent = compute_curve(r.run_dir, cfg.train.num_workers, cfg.schedule.influence_actor_count)
+        c_steps, spent = compute_curve(r.run_dir, cfg.train.num_workers, influence_actor_count(cfg.schedule))
         if not len(steps) or not len(c_steps):
             continue
         ax.plot(np.interp(steps, c_steps, spent), vals, "o-", color=colors[r.arm], markersize=3, alpha=0.8,

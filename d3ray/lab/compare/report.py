@@ -10,12 +10,12 @@ import json
 import logging
 from typing import Any
 
-from d3ray.compare.grid import RunOutcome
-from d3ray.compare.plan import ComparePlan
-from d3ray.compare.readout import readout_key
-from d3ray.compare.report_csv import results_csv, runs_csv
-from d3ray.compare.report_markdown import results_markdown
-from d3ray.compare.table import (
+from d3ray.lab.compare.grid import RunOutcome
+from d3ray.lab.compare.plan import ComparePlan
+from d3ray.lab.compare.readout import readout_key
+from d3ray.lab.compare.report_csv import results_csv, runs_csv
+from d3ray.lab.compare.report_markdown import results_markdown
+from d3ray.lab.compare.table import (
     EQUAL_COMPUTE,
     RunRecord,
     arm_ses,
@@ -40,7 +40,7 @@ def write_report(plan: ComparePlan, outcomes: list[RunOutcome], command: str = "
     results = {m: compare_metric(m, values[m], arm_ses(records, m), plan.arms, plan.methods, cfg.baseline,
                                  cfg.confidence, controls) for m in metrics}
     entropy = unigram_figures(plan, records)
-    from d3ray.compare.plots import write_plots
+    from d3ray.lab.compare.plots import write_plots
 
     plots = write_plots(plan, records, values, out)
     (out / "results.csv").write_text(results_csv(results, cfg.report.power, cfg.confidence))
@@ -69,7 +69,7 @@ def unigram_figures(plan: ComparePlan, records: list[RunRecord]) -> dict[str, fl
     """Unigram entropies of the validation text (pre-training), cached in ``unigram.json`` under the key
     of what they depend on (``unigram.figures_key``: data and tokenizer): a report on other data, or
     with another tokenizer, recomputes them."""
-    from d3ray.compare.unigram import figures_key, run_validation_figures
+    from d3ray.lab.compare.unigram import figures_key, run_validation_figures
 
     cache = plan.report_dir / "unigram.json"
     configs = {s.name: s.config for s in plan.runs}

@@ -13,8 +13,8 @@ import io
 import math
 from typing import Any
 
-from d3ray.compare.readout import PAPER_EFFECT_NATS, seeds_for_power
-from d3ray.compare.table import RUN_FIGURES, ArmResult, RunRecord
+from d3ray.lab.compare.readout import PAPER_EFFECT_NATS, seeds_for_power
+from d3ray.lab.compare.table import RUN_FIGURES, ArmResult, RunRecord
 from d3ray.run_files import display_path
 
 CSV_FIELDS = ["metric", "arm", "kind", "best_baseline", "n", "mean", "std", "eval_se", "diff_vs_baseline",

@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from d3ray.compare.plan import EQUAL_TOKEN_KEYS, ComparePlan
-from d3ray.compare.readout import PAPER_EFFECT_NATS, seeds_for_power
-from d3ray.compare.stats import BETTER, FEW, TIE, WORSE, PairedComparison, lower_is_better
-from d3ray.compare.table import EQUAL_COMPUTE, ArmResult, RunRecord
+from d3ray.lab.compare.plan import EQUAL_TOKEN_KEYS, ComparePlan
+from d3ray.lab.compare.readout import PAPER_EFFECT_NATS, seeds_for_power
+from d3ray.lab.compare.stats import BETTER, FEW, TIE, WORSE, PairedComparison, lower_is_better
+from d3ray.lab.compare.table import EQUAL_COMPUTE, ArmResult, RunRecord
 from d3ray.run_files import display_path
 
 PHRASES = {BETTER: "beat {base} beyond seed noise", WORSE: "was worse than {base} beyond seed noise",
@@ -91,7 +91,7 @@ def results_markdown(plan: ComparePlan, records: list[RunRecord], results: dict[
               f"= {t.steps * t.global_batch_size * seq:,} training tokens (equal for every arm: "
               f"{', '.join(EQUAL_TOKEN_KEYS)}). Baseline arm: **{base}**; paired by seed, "
               f"{int(100 * cfg.confidence)}% Student-t intervals of the per-seed difference, two-sided paired t-test "
-              "(`d3ray/compare/stats.py`); with several arms, Holm-adjusted p-values over the arms, and a "
+              "(`d3ray/lab/compare/stats.py`); with several arms, Holm-adjusted p-values over the arms, and a "
               "better / worse verdict only where the adjusted p stays within the level. Methods (D3 arms) vs baselines: "
               + ", ".join(f"{a} ({'method' if plan.methods[a] else 'baseline'}{_label(plan, a)})" for a in plan.arms)
               + ".", ""]
@@ -138,7 +138,7 @@ def results_markdown(plan: ComparePlan, records: list[RunRecord], results: dict[
         cross, floor = entropy.get("cross_entropy/mean", float("nan")), entropy.get("entropy/mean", float("nan"))
         lines += ["## Unigram baselines of the validation text", "",
                   "Under the runs' tokenizer, on the evaluated sequences, nats per token averaged over domains "
-                  "like `eval/mean_loss` (`d3ray/compare/unigram.py`): unigram cross-entropy (a unigram model "
+                  "like `eval/mean_loss` (`d3ray/lab/compare/unigram.py`): unigram cross-entropy (a unigram model "
                   f"fitted on the training text) **{_fmt(cross)}**; entropy of the validation tokens' own "
                   f"frequencies per domain (a floor no unigram model reaches) {_fmt(floor)}, pooled "
                   f"{_fmt(entropy.get('entropy/pooled'))}. The baseline's final `{final_metric}` is **{_fmt(final)}**: "
@@ -164,7 +164,7 @@ def results_markdown(plan: ComparePlan, records: list[RunRecord], results: dict[
               "- Equal tokens: every arm trains the same steps × batch × sequence length; a selector reads a "
               "larger candidate window and trains the same number of tokens.",
               "- Equal compute: the budget of each seed is the baseline's total compute (trainer and scheduler-"
-              "actor process-seconds, `d3ray/compare/compute.py`); each arm's metric is read off its eval curve "
+              "actor process-seconds, `d3ray/lab/compare/compute.py`); each arm's metric is read off its eval curve "
               "(linear between evaluations) where its cumulative compute reaches it. An arm cheaper than the "
               "baseline reports its final value (it could have trained further). On a shared-core box the "
               "seconds of actors and trainers overlap: compute figures are upper bounds there.",
@@ -188,7 +188,7 @@ def _trunk_section(plan: ComparePlan) -> list[str]:
             f"Every arm of a seed branches from one checkpoint at step **{t.steps}** of `{arm}`'s config "
             f"(`trunk-s<seed>` in `{display_path(plan.output_dir / 'trunks')}`; the LR schedule is that of the full run): "
             f"weights, optimizer state, LR position and data cursor are shared, and each arm's scheduler starts "
-            f"fresh there (`d3ray/compare/trunk.py`). Read-outs over several evaluations use those after step "
+            f"fresh there (`d3ray/lab/compare/trunk.py`). Read-outs over several evaluations use those after step "
             f"{t.steps}; every value in this report is from the arms' own steps {t.steps + 1}..{plan.base.train.steps}.",
             ""]
 
@@ -278,4 +278,4 @@ def _compute_table(records: list[RunRecord], arms: list[str], base: str) -> list
         ratio = m["total_sec"] / ref if ref and math.isfinite(ref) else float("nan")
         lines.append(f"| {arm} | " + " | ".join(f"{m[p]:.1f}" for p in parts) + f" | {_fmt(ratio, 2)} |")
     return lines + ["", "Trainer parts × train.num_workers; influence × influence_actors; scoring: the scoring "
-                    "actor's own busy seconds (`scoring_log.jsonl`). See `d3ray/compare/compute.py`.", ""]
+                    "actor's own busy seconds (`scoring_log.jsonl`). See `d3ray/lab/compare/compute.py`.", ""]

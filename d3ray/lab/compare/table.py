@@ -18,17 +18,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from d3ray.compare.compute import (
+from d3ray.lab.compare.compute import (
     ComputeBreakdown,
     compute_curve,
     eval_curve,
     run_compute,
     value_at_compute,
 )
-from d3ray.compare.grid import RunOutcome
-from d3ray.compare.plan import ComparePlan
-from d3ray.compare.readout import curve_auc, last_k_mean, readout_key
-from d3ray.compare.stats import (
+from d3ray.lab.compare.grid import RunOutcome
+from d3ray.lab.compare.plan import ComparePlan
+from d3ray.lab.compare.readout import curve_auc, last_k_mean, readout_key
+from d3ray.lab.compare.stats import (
     PairedComparison,
     Summary,
     holm_verdicts,
@@ -36,6 +36,7 @@ from d3ray.compare.stats import (
     paired_comparison,
     summarize,
 )
+from d3ray.lab.schedule_questions import influence_actor_count
 
 EQUAL_COMPUTE = "@equal_compute"
 #: Final-metric keys carried into the table besides ``eval/*`` (run figures, not compared by default).
@@ -94,7 +95,7 @@ def run_records(plan: ComparePlan, outcomes: list[RunOutcome]) -> list[RunRecord
                               if (k.startswith("eval/") or k in RUN_FIGURES) and _number(v) and not k.endswith("_se")}
             record.se = {k[:-3]: float(v) for k, v in final.items() if k.endswith("_se") and _number(v)}
             record.se.update(exact_match_se(spec.run_dir, record.metrics))
-            record.compute = run_compute(spec.run_dir, spec.config.train.num_workers, spec.config.schedule.influence_actor_count)
+            record.compute = run_compute(spec.run_dir, spec.config.train.num_workers, influence_actor_count(spec.config.schedule))
             record.metrics.update(record.compute.as_metrics())
             record.metrics.update(readouts(spec.run_dir, plan.compare.metric, plan.compare.report.k, plan.trunk_steps))
         records.append(record)
@@ -122,7 +123,7 @@ def _add_equal_compute(plan: ComparePlan, records: list[RunRecord]) -> None:
         cfg = configs[r.run_dir.name]
         assert cfg is not None
         steps, values = eval_curve(r.run_dir, metric)
-        c_steps, spent = compute_curve(r.run_dir, cfg.train.num_workers, cfg.schedule.influence_actor_count)
+        c_steps, spent = compute_curve(r.run_dir, cfg.train.num_workers, influence_actor_count(cfg.schedule))
         at = value_at_compute(steps, values, c_steps, spent, budget[r.seed])
         if math.isfinite(at.value):
             r.metrics[metric + EQUAL_COMPUTE] = at.value

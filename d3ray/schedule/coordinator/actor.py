@@ -203,7 +203,7 @@ class ScheduleCoordinator:
         with self._scheduler_lock:
             through = int(state.get("observed_through", -1))
             if "branch_at" in state and "scheduler" not in state:
-                # A compare arm branching from a shared trunk (d3ray/compare/trunk.py): its scheduler
+                # A compare arm branching from a shared trunk (d3ray/lab/compare/trunk.py): its scheduler
                 # starts fresh at that chunk and sees no feedback of the trunk's chunks.
                 self._mailbox.expect_no_feedback_before(int(state["branch_at"]))
             elif "scheduler" in state and through > self._mailbox.observed_through:
