@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Literal
 
 from d3ray.influence.config import InfluenceConfig, SjltSketchConfig
 from d3ray.influence.estimators import HutchinsonConfig
@@ -191,23 +191,10 @@ class D3ScheduleConfig(ScheduleConfig):
         return [ActorRequest("influence", self.influence_actors, influence),
                 *([] if self.sorts_potential else [solver])]
 
-    def summary_fields(self) -> dict[str, str]:
-        return {"gamma_changes_order": "yes" if self.influence.gamma_changes_order else "no"}
-
     def build(self, ctx: BuildContext):
         from d3ray.schedule.order.d3 import D3Scheduler
 
         return D3Scheduler(self, ctx)
-
-    @property
-    def orders_by_influence(self) -> bool:
-        return True
-
-    @property
-    def influence_actor_count(self) -> int:
-        return self.influence_actors
-
-    permutes_stream_batches: ClassVar[bool] = True
 
 
 def _paper_influence() -> InfluenceConfig:
