@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from d3ray.config_loading import to_dict
+from d3ray.config_loading import ConfigError, to_dict
 from d3ray.data.config import DataConfig
 from d3ray.data.sft import SftDataConfig
 from d3ray.eval.inputs import parse_task_specs
 from d3ray.model import ModelConfig
 from d3ray.schedule.config import ScheduleConfig
-from d3ray.schedule.order.configs import D3ScheduleConfig
+from d3ray.schedule.order.d3 import NO_ARGUMENT_RUN
 from d3ray.train.config import EvalConfig, TrainConfig
 
 
@@ -37,19 +37,10 @@ class RayClusterConfig:
     ``HF_*``, ``TRANSFORMERS_*``, ``WANDB_*``, ``MLFLOW_*``, ``NCCL_*`` and ``AWS_*`` variable."""
 
 
-#: The no-argument run shows the product: D3 on the tiny model with the influence defaults (``drift``
-#: with ``residual: none`` and the AdamW step: the exact drift potential f_i = <g_i, w> of an eighth of
-#: each batch's sequences over all parameters, nothing sketched, the order the sort by f: the knobs
-#: ``d3ray bench influence`` picked and ``d3ray bench pipeline`` measures), scored by the trainers
-#: themselves, each rank an equal share between chunks (``influence_placement: auto``, which is
-#: ``in_trainer`` for this estimator; under ZeRO 0-2 the potential on the whole module,
-#: d3ray/train/trainer_potential.py): on a laptop an influence actor shares the trainers' cores, and its
-#: work on one lock-step rank holds back every rank (README.md, "Benchmarks"); and chunk 0 in stream order
-#: (its influence could overlap nothing: the trainers' first step would wait for it; ``schedule.first_chunk``).
-#: An estimator that sketches, a GPU share for the actors (``influence_num_gpus``, as the GPU configs in
-#: jobs/configs/ give) or ``--schedule.influence_placement=actors`` gives the asynchronous influence actor,
-#: at background priority (niceness 19) so that the trainers keep the cores.
-FIRST_RUN_SCHEDULE = D3ScheduleConfig(influence_placement="auto", influence_nice=19, first_chunk="stream")
+#: The no-argument run shows the product: D3 on the tiny model, the order by the AdamW drift potential,
+#: scored by the trainers themselves (``placement: {type: in_trainer}``), chunk 0 in stream order
+#: (d3ray/schedule/order/d3/presets.py says why each).
+FIRST_RUN_SCHEDULE = NO_ARGUMENT_RUN
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,6 +71,10 @@ class RunConfig:
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:
             raise ValueError(f"name={self.name!r} must be a non-empty name without '/'")
+        try:  # the scheduler's rules on the train config (D3's placement: the ZeRO stage it sketches under)
+            self.schedule.check_train(self.train)
+        except ValueError as err:
+            raise ConfigError(str(err), key="schedule.placement") from None
 
     @property
     def run_dir(self) -> Path:

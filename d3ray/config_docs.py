@@ -103,7 +103,10 @@ def register(subparsers: Any) -> None:
         "config", help="print the resolved config of a run, each field with its doc line",
         description="d3ray config show [--config F] [--finetune] [--key=value ...]: the RunConfig that "
         "`d3ray pretrain` (or `finetune`) would run with these arguments, as YAML that --config accepts, "
-        "each field with its doc line as a comment.")
+        "each field with its doc line as a comment. D3's placement is a typed choice: "
+        "--schedule.placement.type=in_trainer (the trainers score each next chunk, the no-argument run's) or "
+        "'--schedule.placement={type: actors, num_gpus: 0.25}' (influence actors one chunk ahead); "
+        "`d3ray schedulers d3` lists each placement's keys.")
     parser.add_argument("action", choices=["show"])
     parser.add_argument("--config", help="values-only YAML file (see jobs/configs/)")
     parser.add_argument("--finetune", action="store_true", help="start from `d3ray finetune`'s defaults")

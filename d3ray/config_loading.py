@@ -6,6 +6,9 @@ got 'ten'``). Unknown keys are errors. Fields typed with a :class:`~d3ray.regist
 family pick their concrete class from the ``type`` key; a plain string is short for ``{type: string}``
 (``estimator: fisher``, ``--schedule.influence.estimator=fisher``).
 
+A config class may name the keys it no longer has (``replaced_keys: ClassVar[dict[str, str]]``, old key →
+the key that replaced it): such a key is refused in one line naming its replacement.
+
 Overrides use dotted keys: ``--train.steps=200 --solver.type=rsr``; values are parsed as YAML
 scalars/lists (``--data.train_paths='[a, b]'``).
 """
@@ -60,6 +63,10 @@ def from_dict(cls: type[C], data: dict[str, Any] | None, path: str = "", base: A
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
+    replaced = [key for key in unknown if key in getattr(cls, "replaced_keys", {})]
+    if replaced:  # an old key: one line naming the key that replaced it
+        raise ConfigError(f"{_join(path, replaced[0])} was replaced by {_join(path, cls.replaced_keys[replaced[0]])}",
+                          key=_join(path, replaced[0]))
     if unknown:
         raise ConfigError(
             f"unknown key {_join(path, unknown[0])!r} for {cls.__name__}; known keys: {', '.join(sorted(fields))}",

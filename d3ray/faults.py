@@ -10,7 +10,7 @@ under ``<run_dir>/.faults/`` survives the process it kills, so the restarted pro
                                        actors, or the trainer ranks that sketch) with every label masked,
                                        so their loss is NaN (as a corrupt batch's would be)
      "trainer_exit_while_scoring_chunk": 3,  trainer rank 0 exits after sketching the first batch of
-                                       this chunk (influence_placement in_trainer)
+                                       this chunk (schedule.placement in_trainer)
      "census_exit_at_branch": "random_1",  the census worker asked to train the branch of this name
                                        (the first chunk's) exits, in ``<census out>/faults.json``
      "influence_hold_at_chunk": 2}     influence actor 0 holds (once) while scoring this chunk, until
@@ -25,7 +25,7 @@ what it is doing, and knows nothing else of drills (no drill classes, no drill p
     point             called by                                   context                       drills acting there
     "train_step"      every trainer rank, before a step           rank, step                    trainer_exit_at_step
     "sketch_batch"    every trainer rank, before sketching a      rank, chunk_id, position,     influence_nan_batches,
-                      batch (influence_placement in_trainer)      batch_id, labels              trainer_exit_while_scoring_chunk
+                      batch (schedule.placement in_trainer)       batch_id, labels              trainer_exit_while_scoring_chunk
     "influence_chunk" an influence actor, before scoring a chunk  actor, chunk_id               influence_exit_at_chunk,
                                                                                                 influence_hold_at_chunk
     "influence_batch" an influence actor, reading a batch         batch_id, labels              influence_nan_batches

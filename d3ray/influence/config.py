@@ -209,17 +209,17 @@ class InfluenceConfig:
         return self.estimator.batches_potential and self.needs_optimizer_state
 
     def check_shardable(self) -> None:
-        """Raise ValueError unless this config can run on parameter shards (``influence_placement:
-        in_trainer``; d3ray/train/sharded_influence.py says why the other estimators cannot)."""
+        """Raise ValueError unless this config can run on parameter shards (D3's ``placement: {type:
+        in_trainer}`` asks; d3ray/train/sharded_influence.py says why the other estimators cannot)."""
         if not self.estimator.runs_on_shards:
             sharded = [name for name in EstimatorConfig.known() if EstimatorConfig.lookup(name).runs_on_shards]
             raise ValueError(
-                f"influence_placement in_trainer supports the estimators {sharded}, not "
+                f"schedule.placement.type=in_trainer supports the estimators {sharded}, not "
                 f"{self.estimator.type_name!r} (d3ray/train/sharded_influence.py says why); use "
-                "influence_placement: actors for it"
+                "schedule.placement.type=actors for it"
             )
         if self.sketch.type_name == "identity" and not self.potential_alone:  # the potential alone sketches nothing
-            raise ValueError("influence_placement in_trainer needs a JL sketch (sjlt or gaussian): the identity "
+            raise ValueError("schedule.placement.type=in_trainer needs a JL sketch (sjlt or gaussian): the identity "
                              "sketch cannot be split over parameter shards")
 
     @property

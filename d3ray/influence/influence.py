@@ -139,7 +139,7 @@ class BatchSketches:
 
 @dataclass(frozen=True)
 class ChunkInfluence:
-    """A whole chunk's S, merged where its sketches were made (the trainers, ``influence_placement:
+    """A whole chunk's S, merged where its sketches were made (the trainers, ``schedule.placement:
     in_trainer``): L² numbers leave the trainers instead of L · stats · k sketch rows.
 
     Attributes:
@@ -160,7 +160,7 @@ class ChunkInfluence:
 @dataclass
 class ChunkPotential:
     """A whole chunk's drift potential f (the influence is the potential alone: S = η·(f_j − f_i),
-    potential.py eq. P3), as the trainers send it (``influence_placement: in_trainer``): L numbers, no S.
+    potential.py eq. P3), as the trainers send it (``schedule.placement: in_trainer``): L numbers, no S.
 
     Attributes:
         batch_ids: the chunk's batch ids (the order of ``potential``).

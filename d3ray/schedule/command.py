@@ -57,13 +57,28 @@ def print_knobs(name: str) -> int:
         print()
     print("schedule:   # --schedule.KEY=VALUE, or under schedule: in a --config file")
     print("\n".join("  " + line for line in describe_class(cls)))
+    if name in ("d3", "d3_paper"):
+        print("\n".join(placement_lines()))
     return 0
+
+
+def placement_lines() -> list[str]:
+    """D3's placements (``schedule.placement: {type: NAME, ...}``), each with its first doc line and its keys."""
+    from d3ray.config_docs import describe_class, first_sentence
+    from d3ray.schedule.order.d3.placements import PlacementConfig
+
+    lines = ["", "placements:   # schedule.placement: {type: NAME, ...} (d3ray/schedule/order/d3/placements/)"]
+    for name in PlacementConfig.known():
+        cls = PlacementConfig.lookup(name)
+        lines.append(f"  {name}: {first_sentence(cls.__doc__ or '')}")
+        lines.extend("      " + line for line in describe_class(cls) if not line.startswith("type:"))
+    return lines
 
 
 def d3_presets() -> list[tuple[str, str, list[str]]]:
     """(name, what it is, the keys it sets) of D3's two configurations, for ``d3ray schedulers d3``."""
     from d3ray.config import FIRST_RUN_SCHEDULE
-    from d3ray.schedule.order.configs import PAPER_KEYS
+    from d3ray.schedule.order.d3 import PAPER_KEYS
 
     default = FIRST_RUN_SCHEDULE
     return [
@@ -72,7 +87,7 @@ def d3_presets() -> list[tuple[str, str, list[str]]]:
          [f"schedule.influence.estimator={default.influence.estimator.describe()}",
           f"schedule.influence.preconditioner={default.influence.preconditioner}",
           f"schedule.influence.sample_fraction={default.influence.sample_fraction}",
-          f"schedule.influence_placement={default.influence_placement} (in_trainer for the potential)",
+          f"schedule.placement.type={default.placement.type_name} (the trainers score the next chunk)",
           f"schedule.first_chunk={default.first_chunk}", f"schedule.L={default.L}",
           "the order: sorted by potential, no search (schedule.solver unused)"]),
         ("d3_paper", "the paper's pipeline (schedule.type=d3_paper); --schedule.solver.type=ils is stronger than "

@@ -83,7 +83,7 @@ class SnapshotRequest:
 
 @dataclass(frozen=True)
 class SketchRequest:
-    """The trainers sketch each chunk themselves on their ZeRO-3 shards (D3 ``influence_placement:
+    """The trainers sketch each chunk themselves on their ZeRO-3 shards (D3 ``schedule.placement:
     in_trainer``, d3ray/train/sharded_influence.py) and hand the coordinator its S.
 
     Chunk c is sketched at weights version ``max(0, c − staleness)``: chunks 0..staleness before the

@@ -88,7 +88,6 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
     from d3ray.schedule.scheduler import BuildContext
     from d3ray.train.deepspeed_config import check_deepspeed_fragment
     from d3ray.train.loop import WorkerSpec, train_loop_per_worker
-    from d3ray.train.trainer_side import check_requests
 
     started = time.perf_counter()
     run_dir = cfg.run_dir
@@ -106,8 +105,7 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
     eval_sets = load_eval_sets(cfg, prepared)
     eval_tasks = prepare_eval_tasks(prepared)
     schedule = cfg.schedule
-    requests = schedule.trainer_requests()
-    check_requests(requests, cfg.train.zero_stage)
+    requests = schedule.trainer_requests()  # checked against cfg.train when the config was built (check_train)
     mix_domains = None
     if schedule.draws_mixture:  # a mixer: its domains and weights checked against the corpus before Ray starts
         from d3ray.schedule.mix.domains import resolve_mix_domains
@@ -273,7 +271,7 @@ def schedule_summary(run_dir: Path) -> dict[str, Any]:
 
 def write_placement(run_dir: Path, coordinator: Any, scheduler: Any) -> None:
     """``placement.json``: the node id of the coordinator and of every actor the scheduler started,
-    by role, and each actor's OS niceness and CPU priority (``schedule.influence_nice`` / ``influence_idle``)."""
+    by role, and each actor's OS niceness and CPU priority (``schedule.placement.nice`` / ``idle``)."""
     import ray
 
     def ask(actor: Any, fn: Any) -> Any:

@@ -1,6 +1,6 @@
 """In-trainer influence: the trainer ranks sketch a chunk on their own ZeRO-3 shards.
 
-``schedule.influence_placement: in_trainer`` (D3, a ``SketchRequest``). This module is the engine (the
+``schedule.placement: {type: in_trainer}`` (D3, a ``SketchRequest``). This module is the engine (the
 math on the shards); d3ray/train/trainer_side.py decides when, asks the coordinator for the chunk and
 hands it the S. Between chunks, every trainer rank scores the chunk the coordinator asks for, and no
 process ever holds the full weights or a full gradient:

@@ -1,6 +1,6 @@
 """In-trainer drift potential: the trainer ranks compute a chunk's exact potential f themselves (ZeRO 0-2).
 
-``schedule.influence_placement: in_trainer`` with the potential alone (``drift``, ``residual: none``,
+``schedule.placement: {type: in_trainer}`` with the potential alone (``drift``, ``residual: none``,
 ``potential: step | jvp``, the AdamW preconditioner: ``InfluenceConfig.potential_alone``) and a ZeRO stage
 that keeps whole parameters on every rank. Where the influence actor shares the trainers' cores (a CPU box,
 or a GPU that is all the trainers'), its work lands on one rank, and the lock-step ranks all wait for that

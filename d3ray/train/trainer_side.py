@@ -37,23 +37,7 @@ from d3ray.schedule.scheduler import ChunkFeedback, SketchRequest, SnapshotReque
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TrainerSide", "check_requests", "chunk_feedback", "publish_snapshot", "sketch_due_chunks"]
-
-
-def check_requests(requests: TrainerRequests, zero_stage: int) -> None:
-    """Refuse, before Ray starts, requests these trainers cannot carry out (a ``UserError`` naming the fix).
-
-    Raises:
-        UserError: a sketch request without ZeRO-3 (the sketcher works on ZeRO-3 parameter shards) that is
-            not the drift potential alone (which the ranks compute on whole parameters under ZeRO 0-2).
-    """
-    from d3ray.errors import UserError
-
-    if requests.sketch is not None and zero_stage != 3 and not requests.sketch.influence.potential_alone:
-        raise UserError(f"schedule.influence_placement=in_trainer sketches on ZeRO-3 parameter shards: set "
-                        f"--train.zero_stage=3 (got {zero_stage}), or use influence_placement: actors (under ZeRO "
-                        f"0-2 the trainers compute the drift potential alone: drift, residual none, potential "
-                        f"step or jvp)")
+__all__ = ["TrainerSide", "chunk_feedback", "publish_snapshot", "sketch_due_chunks"]
 
 
 def publish_snapshot(engine: Any, zero_stage: int, rank: int, coordinator: Any, version: int,

@@ -1,7 +1,7 @@
 """Bad input of issue 50: a solver given an S it cannot search (NaN, inf, wrong shape, not antisymmetric)
 is refused at the chunk, in one line naming the chunk, and the chunk falls back to stream order (a counted
 fallback); a searchable S is searched, and its row says by which solver and what the order predicts. Real
-local Ray, a real solver pool, the D3 decision of d3ray/schedule/order/d3.py."""
+local Ray, a real solver pool, the D3 decision of d3ray/schedule/order/d3/decisions.py."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import time
 import numpy as np
 import pytest
 
-from d3ray.schedule.order.configs import D3ScheduleConfig
-from d3ray.schedule.order.d3 import D3Pending
+from d3ray.schedule.order.d3 import ActorsPlacement, D3ScheduleConfig
+from d3ray.schedule.order.d3.decisions import D3Pending
 from d3ray.solver import RsrConfig
 
 pytestmark = pytest.mark.ray
 
-CFG = D3ScheduleConfig(solver=RsrConfig(max_iters=200), influence_placement="actors")
+CFG = D3ScheduleConfig(solver=RsrConfig(max_iters=200), placement=ActorsPlacement())
 
 
 def _antisymmetric(n: int, seed: int) -> np.ndarray:

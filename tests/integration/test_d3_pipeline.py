@@ -60,7 +60,7 @@ def d3_config(corpus, out, name, *extra) -> RunConfig:
         "--schedule.type=d3", f"--schedule.L={L}", "--schedule.influence.sketch.k=256",
         "--schedule.influence.sample_fraction=0.5", "--schedule.deadline_s=3600",  # a fallback can only come from a failure, not a slow box
         "--schedule.first_chunk=scored",  # every chunk scored, chunk 0 too (the no-argument run trains it in stream order)
-        "--schedule.influence_placement=actors",  # the influence actor (the no-argument run: the trainers score)
+        "--schedule.placement={type: actors, nice: 19}",  # the influence actor (the no-argument run: the trainers score)
         *extra,
     ])
 
@@ -133,7 +133,7 @@ def snapshot_values(cfg: RunConfig, tokenizer_dir) -> int:
 def test_d3_influence_solver_and_trainer_failures_in_one_run_complete_exactly_once(
         ray_cluster, corpus, produced_chunks, tmp_path):
     """Three drills at separate points of one run (staleness 1): the actor that orders exits while solving
-    chunk 1 (with the default estimator the influence actor orders: ``sorts_in_influence_actor``), the
+    chunk 1 (with the default estimator the influence actor orders: ``ActorsPlacement.sorts_in_actor``), the
     influence actor while scoring chunk 2, and a trainer worker at step 14 (chunk 3), rolled back to its
     last checkpoint by Ray Train."""
     from d3ray.train.run import run_pretrain
@@ -153,14 +153,14 @@ def test_d3_influence_solver_and_trainer_failures_in_one_run_complete_exactly_on
 
 def test_d3_in_trainer_sharded_influence_survives_a_trainer_killed_while_scoring(
         ray_cluster, corpus, produced_chunks, tmp_path):
-    """influence_placement in_trainer under ZeRO-3: the two trainers sketch each next chunk on their
+    """placement in_trainer under ZeRO-3: the two trainers sketch each next chunk on their
     parameter shards (no influence actors, no weights snapshots). Trainer rank 0 is killed while
     sketching chunk 3; Ray Train rolls both back to the checkpoint after chunk 0 and the run completes
     exactly once, every chunk ordered (no fallback), the masked batch excluded by the sharded path,
     and only the chunk's S (a few hundred bytes) shipped per chunk."""
     from d3ray.train.run import run_pretrain
 
-    cfg = d3_config(corpus, tmp_path, "in_trainer", "--schedule.influence_placement=in_trainer",
+    cfg = d3_config(corpus, tmp_path, "in_trainer", "--schedule.placement={type: in_trainer}",
                     "--train.zero_stage=3", "--train.max_failures=1")
     write_plan(cfg.run_dir, FaultPlan(trainer_exit_while_scoring_chunk=3, influence_nan_batches=[5]))
     final = run_pretrain(cfg)

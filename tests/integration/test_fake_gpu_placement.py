@@ -145,15 +145,15 @@ SWEEP_CASES = {  # name: overrides of one trial
     "2x1gpu": ["--train.num_workers=2", "--train.gpus_per_worker=1"],
     "2x0.6gpu": ["--train.num_workers=2", "--train.gpus_per_worker=0.6"],
     "2x0.75gpu+d3_0.25": ["--train.num_workers=2", "--train.gpus_per_worker=0.75", "--schedule.type=d3",
-                          "--schedule.influence_num_gpus=0.25", "--schedule.influence_num_cpus=1"],
+                          "--schedule.placement={type: actors, num_gpus: 0.25, num_cpus: 1, nice: 19}"],
 }
 
 
 SCHEDULERS = {  # name: overrides of a scheduler whose actors ask for GPU shares, or none
     # a sketched residual: S needs the solver pool (the default, the potential alone, sorts in the influence actor)
-    "d3_gpu": ["--schedule.type=d3", "--schedule.influence_num_gpus=0.5", "--schedule.influence_num_cpus=2",
+    "d3_gpu": ["--schedule.type=d3", "--schedule.placement={type: actors, num_gpus: 0.5, num_cpus: 2, nice: 19}",
                "--schedule.influence.estimator.residual=sketch"],
-    "d3_cpu": ["--schedule.type=d3", "--schedule.influence_placement=actors", "--schedule.influence_num_cpus=1"],
+    "d3_cpu": ["--schedule.type=d3", "--schedule.placement={type: actors, num_cpus: 1, nice: 19}"],
     "curriculum_gpu": ["--schedule.type=curriculum", "--schedule.scorer_num_gpus=0.25",
                        "--schedule.scorer_num_cpus=3"],
     "curriculum_cpu": ["--schedule.type=curriculum", "--schedule.scorer_num_cpus=2"],
@@ -219,7 +219,7 @@ def preflight_answers() -> dict:
         answers["nine_fixed"] = str(err)
     check_cluster(nine, fixed=False)
     check_cluster(config("--train.num_workers=8", "--train.micro_batch_size=1", "--train.gpus_per_worker=0.75",
-                         "--schedule.type=d3", "--schedule.influence_num_gpus=0.25"), fixed=True)
+                         "--schedule.type=d3", "--schedule.placement={type: actors, num_gpus: 0.25, nice: 19}"), fixed=True)
     answers["fits"] = True
     return answers
 

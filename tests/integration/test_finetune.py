@@ -66,7 +66,7 @@ def trained(run_dir) -> list[str]:
     # LoRA on a local base, ordered by D3: the influence actor builds the same adapters and sketches only
     # them; the checkpoints (uploaded asynchronously) hold the adapters only
     ("lora", ["--train.zero_stage=2", "--model.lora={r: 4}", "--schedule.type=d3", "--schedule.influence.sketch.k=64",
-              "--schedule.influence.sample_fraction=0.5", "--schedule.influence_placement=actors"]),
+              "--schedule.influence.sample_fraction=0.5", "--schedule.placement={type: actors, nice: 19}"]),
 ])
 def test_finetune_killed_and_resumed_matches_the_uninterrupted_run(ray_cluster, suite, lora_base, tmp_path, variant,
                                                                    extra):

@@ -195,7 +195,7 @@ def assert_console_is_progress_eval_and_summary_only(console: str, out) -> None:
         assert noise not in console, f"{noise!r} on the console:\n{console[-3000:]}"
     logs = out / "job-test" / "logs"
     assert {"driver.log", "coordinator.log", "trainer-0.log", "trainer-1.log"} <= {p.name for p in logs.iterdir()}
-    # the no-argument D3: the trainers score each next chunk themselves (influence_placement auto), no actor
+    # the no-argument D3: the trainers score each next chunk themselves (placement: in_trainer), no actor
     rows = [json.loads(line) for line in (out / "job-test" / "schedule_log.jsonl").read_text().splitlines()]
     assert {r["influence_placement"] for r in rows} == {"in_trainer"} and not (logs / "influence-0.log").exists()
     assert "FutureWarning" in (logs / "trainer-0.log").read_text(), "library warnings are kept in the run's logs"

@@ -50,8 +50,7 @@ def test_multinode_actors_follow_resources_and_node_loss_keeps_exactly_once(tmp_
             "--schedule.type=d3", f"--schedule.L={L}", "--schedule.influence.estimator.residual=sketch",
             "--schedule.influence.sketch.k=128",
             "--schedule.influence.sample_fraction=0.5", "--schedule.deadline_s=3600",
-            "--schedule.influence_num_cpus=0.5", "--schedule.influence_resources={influence_node: 0.5}",
-            "--schedule.influence_nice=18",
+            "--schedule.placement={type: actors, num_cpus: 0.5, resources: {influence_node: 0.5}, nice: 18}",
             "--schedule.solver_pool.num_cpus=0.25", "--schedule.solver_pool.resources={solver_node: 0.5}",
         ])
         chunks = produce_chunks(cfg, STEPS)

@@ -55,7 +55,7 @@ REPLAYED = [n for n in SCHEDULERS if n not in STATELESS]
 # d3 on its influence actor: the replay publishes weights as the trainers would (the no-argument run's
 # placement, the trainers scoring themselves, runs end to end in test_pretrain / test_job_submit / test_sweep)
 KNOBS = {"d3": ["--schedule.influence.sketch.k=64", "--schedule.influence.sample_fraction=0.5",
-                "--schedule.influence_placement=actors"],
+                "--schedule.placement={type: actors, nice: 19}"],
          # the paper's pipeline (Hutchinson, plain step, RSR in a solver actor), with a small sketch and search
          "d3_paper": ["--schedule.influence.sketch.k=64", "--schedule.solver.max_iters=200"],
          # bf16 training on the CPU under ZeRO-0, whose AdamW state LESS reads from the snapshot (issue 27)

@@ -21,7 +21,8 @@ def compare_config(tmp_path, arms, **extra):
 def test_plan_type_switch_keeps_shared_schedule_fields_and_names_runs(tmp_path):
     plan = build_plan(compare_config(tmp_path, [
         {"name": "random", "set": {"schedule.type": "random"}},
-        {"name": "d3-oracle", "set": {"schedule.influence.estimator": "lookahead", "schedule.influence.gamma": 0.01}},
+        {"name": "d3-oracle", "set": {"schedule.influence.estimator": "lookahead", "schedule.influence.gamma": 0.01,
+                                      "schedule.placement": {"type": "actors", "nice": 19}}},
         {"name": "loss", "set": {"schedule": {"type": "loss", "fraction": 0.5, "order": {"type": "d3"}}}},
         {"name": "hard", "set": {"schedule.type": "curriculum", "schedule.direction": "hard_to_easy"}},
     ]))

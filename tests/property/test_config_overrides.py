@@ -4,7 +4,7 @@ The property runs over the whole config tree: every leaf of the no-argument RunC
 scheduler type's config, overridden through the CLI (``--a.b.c=v``) and through a YAML file
 (``a: {b: {c: v}}``), once with its own value (nothing may change) and once with another value
 (exactly that leaf may change). A loader that rebuilds a section from its class defaults whenever one
-of its keys is given (the lost ``schedule.influence_nice=19`` of the no-argument run) fails both.
+of its keys is given (the lost ``schedule.influence_nice=19`` of the no-argument run, once) fails both.
 """
 
 from __future__ import annotations
@@ -99,7 +99,8 @@ def test_overriding_one_leaf_changes_exactly_that_leaf(data, tmp_path_factory):
 
 
 @pytest.mark.parametrize("override, field, kept", [
-    ("--schedule.L=16", "influence_nice", 19),                 # the no-argument run's D3 knob
+    ("--schedule.L=16", "first_chunk", "stream"),              # the no-argument run's D3 knob
+    ("--schedule.L=16", "placement.type_name", "in_trainer"),  # ... and its placement
     ("--schedule.solver_pool.num_actors=2", "solver_pool.num_cpus", 0.25),
 ])
 def test_documented_lost_defaults_are_kept(override, field, kept):

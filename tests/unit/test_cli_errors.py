@@ -59,9 +59,9 @@ def test_positional_overrides_of_a_benchmark_reach_it():
     from d3ray.cli import parse_args
 
     args = parse_args(["bench", "pipeline", "train.zero_stage=3", "--out", "x.json",
-                       "--set", "schedule.influence_placement=in_trainer"])
+                       "--set", "schedule.placement.type=actors"])
     assert args.overrides == ["train.zero_stage=3"]
-    assert args.sets == ["schedule.influence_placement=in_trainer"]
+    assert args.sets == ["schedule.placement.type=actors"]
     pretrain = parse_args(["pretrain", "--train.steps=5"])
     assert pretrain.overrides == ["--train.steps=5"]
 

@@ -50,13 +50,13 @@ def test_tokenizers_sized_to_the_cpus_the_trainers_and_scheduler_leave():
 
     cfg = load_config(RunConfig, None, ["--data.tokenize_actors=0", "--train.num_workers=2", "--train.cpus_per_worker=2",
                                         "--train.global_batch_size=8", "--schedule.type=d3",
-                                        "--schedule.influence_placement=actors"])
+                                        "--schedule.placement.type=actors"])
     scheduler_cpus = resources_total(cfg.schedule.actor_requests())["CPU"]
     assert scheduler_cpus > 0
     # the no-argument D3 (the trainers compute the potential, the coordinator sorts it) reserves nothing
     plain = load_config(RunConfig, None, ["--data.tokenize_actors=0", "--train.num_workers=2", "--train.cpus_per_worker=2",
                                           "--train.global_batch_size=8"])
-    assert plain.schedule.actor_requests() == [] and plain.schedule.in_trainer
+    assert plain.schedule.actor_requests() == [] and plain.schedule.placement.type_name == "in_trainer"
     assert size_tokenizers(plain, plain.data, cluster_cpus=16.0).tokenize_actors == 12
     sized = size_tokenizers(cfg, cfg.data, cluster_cpus=16.0)
     assert sized.tokenize_actors == int(16.0 - 4.0 - scheduler_cpus)  # tokenize_cpus = 1

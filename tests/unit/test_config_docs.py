@@ -31,7 +31,7 @@ def test_first_sentence_does_not_stop_at_eg_or_et_al():
 def test_config_show_prints_yaml_that_loads_back_to_the_resolved_config(capsys, tmp_path):
     assert main(["config", "show", "--schedule.L=16", "--train.steps=40"]) == 0
     out = capsys.readouterr().out
-    assert "influence_nice: 19" in out and "# Chunk length" in out
+    assert "placement:" in out and "type: in_trainer" in out and "# Chunk length" in out
     expected = load_config(RunConfig, None, ["--schedule.L=16", "--train.steps=40"])
     assert from_dict(RunConfig, yaml.safe_load(out)) == expected
     path = tmp_path / "shown.yaml"

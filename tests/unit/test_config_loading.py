@@ -53,10 +53,11 @@ def test_apply_overrides_rejects_value_without_equals():
 
 def test_load_config_plain_string_selects_a_choice_with_its_defaults(tmp_path):
     path = tmp_path / "run.yaml"
-    path.write_text("schedule:\n  type: d3\n  influence:\n    estimator: gnb\n")
+    path.write_text("schedule:\n  type: d3\n  placement: actors\n  influence:\n    estimator: gnb\n")
 
     from_file = load_config(RunConfig, path)
-    from_cli = load_config(RunConfig, None, ["--schedule.type=d3", "--schedule.influence.estimator=fisher"])
+    from_cli = load_config(RunConfig, None, ["--schedule.type=d3", "--schedule.placement=actors",
+                                            "--schedule.influence.estimator=fisher"])
 
     assert type(from_file.schedule.influence.estimator).__name__ == "GnbConfig"
     assert from_file.schedule.influence.estimator.samples == 1
@@ -65,7 +66,7 @@ def test_load_config_plain_string_selects_a_choice_with_its_defaults(tmp_path):
 
 def test_load_config_sub_key_override_after_plain_string_keeps_the_named_choice(tmp_path):
     path = tmp_path / "run.yaml"
-    path.write_text("schedule:\n  type: d3\n  influence:\n    estimator: hutchinson\n")
+    path.write_text("schedule:\n  type: d3\n  placement: actors\n  influence:\n    estimator: hutchinson\n")
 
     cfg = load_config(RunConfig, path, ["--schedule.influence.estimator.probes=4"])
 
@@ -87,8 +88,8 @@ def test_load_config_choice_knob_of_another_choice_is_an_unknown_key():
 @pytest.mark.parametrize(
     "overrides, dtype",
     [
-        (["--schedule.type=d3", "--schedule.influence_placement=actors"], "bfloat16"),  # the influence actors take 16 bits
-        (["--schedule.type=d3", "--schedule.influence_placement=actors", "--schedule.snapshot_dtype=float32"], "float32"),
+        (["--schedule.type=d3", "--schedule.placement.type=actors"], "bfloat16"),  # the influence actors take 16 bits
+        (["--schedule.type=d3", "--schedule.placement={type: actors, snapshot_dtype: float32}"], "float32"),
         (["--schedule.type=loss_reweight", "--schedule.order.type=d3"], "bfloat16"),  # only d3 reads weights
         (["--schedule.type=loss", "--schedule.order.type=d3"], "float32"),  # the loss scorer reads them too
         (["--schedule.type=curriculum"], "float32"),
@@ -104,9 +105,9 @@ def test_the_no_argument_d3_publishes_no_snapshot_its_trainers_score_the_potenti
 
 
 def test_bad_snapshot_dtype_names_the_field():
-    from d3ray.schedule.order.configs import D3ScheduleConfig
+    from d3ray.schedule.order.d3 import ActorsPlacement
 
-    with pytest.raises(ConfigError, match=r"schedule\.snapshot_dtype.*'float16'"):
-        load_config(RunConfig, None, ["--schedule.type=d3", "--schedule.snapshot_dtype=float16"])
-    with pytest.raises(ValueError, match=r"schedule\.snapshot_dtype='float16' must be one of bfloat16, float32"):
-        D3ScheduleConfig(snapshot_dtype="float16")
+    with pytest.raises(ConfigError, match=r"schedule\.placement\.snapshot_dtype.*'float16'"):
+        load_config(RunConfig, None, ["--schedule.type=d3", "--schedule.placement={type: actors, snapshot_dtype: float16}"])
+    with pytest.raises(ValueError, match=r"schedule\.placement\.snapshot_dtype='float16' must be one of bfloat16, float32"):
+        ActorsPlacement(snapshot_dtype="float16")

@@ -10,8 +10,9 @@ import pytest
 from d3ray.config import FIRST_RUN_SCHEDULE, RunConfig
 from d3ray.config_loading import load_config
 from d3ray.data.chunker import Chunk
-from d3ray.schedule.order.configs import D3ScheduleConfig
-from d3ray.schedule.order.d3 import D3Scheduler
+from d3ray.schedule.order.d3 import D3ScheduleConfig
+from d3ray.schedule.order.d3.placements.actors import ActorsSubmitter
+from d3ray.schedule.order.d3.scheduler import D3Scheduler
 from d3ray.schedule.scheduler import SubmitContext
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,9 +23,11 @@ def _chunk(size: int, chunk_id: int) -> Chunk:
 
 
 def _scheduler(cfg: D3ScheduleConfig) -> D3Scheduler:
-    """A D3Scheduler without its actors: the decisions tested here are made before any actor is used."""
+    """A D3Scheduler without its actors (the class default placement, ``actors``, with none started): the
+    decisions tested here are made before any actor is used."""
     scheduler = D3Scheduler.__new__(D3Scheduler)
     scheduler.cfg = cfg
+    scheduler.submitter = ActorsSubmitter(cfg, actors=[], solver_pool=None, seed=0)
     return scheduler
 
 
@@ -63,8 +66,8 @@ def test_tiny_yaml_schedule_is_the_no_argument_default() -> None:
 def test_d3_sketches_anything_default_potential_alone_false_else_true() -> None:
     from d3ray.influence.config import InfluenceConfig
     from d3ray.influence.estimators import DriftConfig
-    from d3ray.schedule.order.d3 import _sketches_anything
+    from d3ray.schedule.order.d3.influence_actor import sketches_anything
 
-    assert _sketches_anything(InfluenceConfig()) is False  # no reference, no means: the actors share chunk 0 too
-    assert _sketches_anything(InfluenceConfig(estimator=DriftConfig(residual="sketch"))) is True
-    assert _sketches_anything(InfluenceConfig(estimator=DriftConfig(), preconditioner="none")) is True
+    assert sketches_anything(InfluenceConfig()) is False  # no reference, no means: the actors share chunk 0 too
+    assert sketches_anything(InfluenceConfig(estimator=DriftConfig(residual="sketch"))) is True
+    assert sketches_anything(InfluenceConfig(estimator=DriftConfig(), preconditioner="none")) is True

@@ -1,4 +1,4 @@
-"""The default D3's decision of a chunk (d3ray/schedule/order/d3.py ``potential_decision``): the sort of the
+"""The default D3's decision of a chunk (d3ray/schedule/order/d3/decisions.py ``potential_decision``): the sort of the
 trainers' potential f, no S built and no solver, the row saying so, with the predicted loss change from f;
 a potential of the wrong length is refused at the chunk (stream order, one line naming it)."""
 
@@ -9,7 +9,7 @@ import pytest
 
 from d3ray.config import FIRST_RUN_SCHEDULE
 from d3ray.influence.influence import ChunkPotential
-from d3ray.schedule.order.d3 import SORTED_BY_POTENTIAL, potential_decision
+from d3ray.schedule.order.d3.decisions import SORTED_BY_POTENTIAL, potential_decision
 
 
 def _potential(f, excluded=(), ids=(10, 11, 12, 13)):

@@ -22,7 +22,7 @@ def test_d3_paper_preset_sets_the_papers_six_keys():
     assert s.influence.preconditioner == "none"  # the plain step −γ·∇ℓ
     assert s.influence.sketch.type_name == "sjlt" and s.influence.sketch.k == 3500
     assert s.L == 60 and s.solver.type_name == "rsr"
-    assert s.placement == "actors" and s.staleness == 1  # influence and solver actors, one chunk ahead
+    assert s.placement.type_name == "actors" and s.staleness == 1  # influence and solver actors, one chunk ahead
     assert not s.sorts_potential and s.actor_requests()[1].role == "solver"
     assert s.preset_departures() == []
 
@@ -30,7 +30,7 @@ def test_d3_paper_preset_sets_the_papers_six_keys():
 def test_the_default_d3_sorts_by_the_drift_potential_without_a_solver_actor():
     s = _schedule()
     assert s.type_name == "d3" and s.influence.potential_alone and s.sorts_potential
-    assert s.placement == "in_trainer" and s.actor_requests() == []
+    assert s.placement.type_name == "in_trainer" and s.actor_requests() == []
     assert "AdamW drift potential" in (type(s).__doc__ or "").split(".")[0]
 
 
@@ -42,7 +42,7 @@ def test_d3_paper_override_wins_and_the_departure_is_named():
 
 
 @pytest.mark.parametrize(("overrides", "keys"), [
-    (["--schedule.influence_placement=in_trainer"], ("schedule.type=d3_paper", "schedule.influence_placement=in_trainer")),
+    (["--schedule.placement.type=in_trainer"], ("schedule.type=d3_paper", "schedule.placement.type=in_trainer")),
     (["--schedule.influence.estimator.type=drift", "--schedule.influence.preconditioner=adam"],
      ("schedule.solver.type=rsr", "schedule.influence.estimator")),
 ])
@@ -60,3 +60,7 @@ def test_schedulers_d3_lists_the_presets_and_what_each_sets(capsys):
     out = capsys.readouterr().out
     assert "presets:" in out and "d3_paper" in out and "schedule.solver.type=rsr" in out
     assert "schedule.influence.sketch.k=3500" in out and "ils" in out  # ILS: stronger than the paper's
+    assert "schedule.placement.type=in_trainer" in out and "schedule.placement.type=actors" in out
+    placements = out.split("placements:", 1)[1]  # each placement with its first doc line and its keys
+    assert "  actors: Influence actors" in placements and "  in_trainer: The trainer ranks" in placements
+    assert "num_gpus: 0.0" in placements and "snapshot_dtype: bfloat16" in placements

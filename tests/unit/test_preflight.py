@@ -107,7 +107,7 @@ def test_preflight_default_config_has_no_problems():
 
 def test_preflight_cluster_too_few_gpus_names_fields_and_counts():
     cfg = config("--train.num_workers=4", "--train.micro_batch_size=2", "--train.gpus_per_worker=1",
-                 "--schedule.type=d3", "--schedule.influence_num_gpus=0.25")
+                 "--schedule.type=d3", "--schedule.placement={type: actors, num_gpus: 0.25}")
     problems = cluster_problems(cfg, [1.0, 1.0, 1.0, 1.0])
     assert len(problems) == 1
     # 4.25 GPUs of shares, on 5 GPUs: the 0.25 cannot go on a GPU a rank holds whole
@@ -133,12 +133,12 @@ def test_preflight_cluster_counts_fractional_shares_as_ray_places_them():
     """2 ranks of 0.6 and a D3 influence actor of 0.6 are 1.8 GPUs of shares but hold 3 GPUs (no two
     shares above 0.5 fit one GPU): on 2 GPUs the run would wait forever, so it is refused."""
     cfg = config("--train.num_workers=2", "--train.gpus_per_worker=0.6", "--schedule.type=d3",
-                 "--schedule.influence_num_gpus=0.6")
+                 "--schedule.placement={type: actors, num_gpus: 0.6}")
     (problem,) = cluster_problems(cfg, [1.0, 1.0])
     assert "asks 3 GPUs" in problem and "cluster has 2" in problem
     assert cluster_problems(cfg, [1.0, 1.0, 1.0]) == []
     small = config("--train.num_workers=2", "--train.gpus_per_worker=0.6", "--schedule.type=d3",
-                   "--schedule.influence_num_gpus=0.4")  # the 0.4 fits beside a rank's 0.6
+                   "--schedule.placement={type: actors, num_gpus: 0.4}")  # the 0.4 fits beside a rank's 0.6
     assert cluster_problems(small, [1.0, 1.0]) == []
 
 

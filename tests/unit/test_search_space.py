@@ -89,6 +89,7 @@ def test_trial_dict_dotted_keys_and_mapping_values_match_cli_overrides():
     params = {
         "schedule.type": "d3",
         "schedule.L": np.int64(6),
+        "schedule.placement": {"type": "actors", "nice": np.int64(19)},  # look-ahead steps: influence actors
         "schedule.influence": {"estimator": "lookahead", "gamma": np.float64(0.01)},
     }
     cfg = trial_run_config(to_dict(base), params, name="t-1", output_dir="/tmp/x")
@@ -98,6 +99,7 @@ def test_trial_dict_dotted_keys_and_mapping_values_match_cli_overrides():
         [
             "--schedule.type=d3",
             "--schedule.L=6",
+            "--schedule.placement={type: actors, nice: 19}",
             "--schedule.influence.estimator=lookahead",
             "--schedule.influence.gamma=0.01",
             "--name=t-1",

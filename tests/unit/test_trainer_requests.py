@@ -1,6 +1,7 @@
 """What a scheduler asks of the trainers (``TrainerRequests``, declared by its config) and the pure parts of
 the trainers' side that carries them out (d3ray/train/trainer_side.py): the staged merge, the chunks a
-sketch request makes due, the feedback of a chunk, and what the trainers refuse before Ray starts."""
+sketch request makes due, the feedback of a chunk, and which estimators can run on parameter shards (the
+in-trainer placement's own checks: tests/unit/test_d3_placements.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import pytest
 from d3ray.config import RunConfig
 from d3ray.config_loading import ConfigError, load_config
 from d3ray.data.chunker import total_chunks
-from d3ray.errors import UserError
 from d3ray.influence.config import InfluenceConfig
 from d3ray.influence.estimators import FirstOrderConfig
 from d3ray.schedule.config import ScheduleConfig
@@ -23,7 +23,7 @@ from d3ray.schedule.scheduler import (
     SnapshotRequest,
     TrainerRequests,
 )
-from d3ray.train.trainer_side import TrainerSide, check_requests, chunk_feedback
+from d3ray.train.trainer_side import TrainerSide, chunk_feedback
 
 
 def requests_of(*overrides: str) -> TrainerRequests:
@@ -33,13 +33,13 @@ def requests_of(*overrides: str) -> TrainerRequests:
 @pytest.mark.parametrize("preconditioner, optimizer_state", [("adam", True), ("none", False)])
 def test_d3_on_actors_asks_a_16_bit_snapshot_with_the_adam_state_when_its_preconditioner_reads_it(
         preconditioner, optimizer_state):
-    requests = requests_of("--schedule.type=d3", "--schedule.influence_placement=actors",
+    requests = requests_of("--schedule.type=d3", "--schedule.placement.type=actors",
                            f"--schedule.influence.preconditioner={preconditioner}")
     assert requests == TrainerRequests(snapshot=SnapshotRequest(dtype="bfloat16", optimizer_state=optimizer_state))
 
 
 def test_d3_in_trainer_asks_sketches_with_its_influence_config_and_no_snapshot():
-    cfg = load_config(RunConfig, None, ["--schedule.type=d3", "--schedule.influence_placement=in_trainer",
+    cfg = load_config(RunConfig, None, ["--schedule.type=d3", "--schedule.placement.type=in_trainer",
                                         "--schedule.L=5", "--schedule.staleness=0"]).schedule
     # the no-argument run decides chunk 0 in stream order (first_chunk: stream): no sketch of it
     assert cfg.trainer_requests() == TrainerRequests(sketch=SketchRequest(influence=cfg.influence, staleness=0, L=5,
@@ -79,9 +79,9 @@ def test_merge_of_two_different_sketch_requests_is_refused():
 
 
 def test_an_in_trainer_order_under_a_selector_is_refused_naming_the_field():
-    with pytest.raises(ConfigError, match=r"schedule\.order\.influence_placement=in_trainer under a select"):
+    with pytest.raises(ConfigError, match=r"schedule\.order\.placement\.type=in_trainer under a select"):
         load_config(RunConfig, None, ["--schedule.type=loss", "--schedule.order.type=d3",
-                                      "--schedule.order.influence_placement=in_trainer"])
+                                      "--schedule.order.placement.type=in_trainer"])
 
 
 def test_a_bad_snapshot_dtype_is_refused():
@@ -106,7 +106,7 @@ def test_sketch_request_skips_a_chunk_0_decided_in_stream_order(staleness, versi
     request = SketchRequest(influence=InfluenceConfig(), staleness=staleness, L=2, first_chunk_scored=False)
     assert request.due(version, total_chunks(9, request.L)) == due
     assert not request.sketched(0) and request.sketched(1)
-    cfg = load_config(RunConfig, None, ["--schedule.type=d3", "--schedule.influence_placement=in_trainer",
+    cfg = load_config(RunConfig, None, ["--schedule.type=d3", "--schedule.placement.type=in_trainer",
                                         "--schedule.first_chunk=stream"]).schedule
     assert cfg.trainer_requests().sketch.first_chunk_scored is False
 
@@ -149,19 +149,6 @@ def test_trainer_side_sends_a_chunks_feedback_only_when_asked_and_from_rank_0(re
     chunk = SimpleNamespace(chunk_id=0, sample_ids=(("a",),), domains=(("x",),))
     side.chunk_trained(chunk, np.array([[0.5]], dtype=np.float32), step=1, more=True)
     assert [name for name, _ in coordinator.calls] == (["feedback"] if sent else [])
-
-
-def test_check_requests_refuses_sketches_without_zero_3_but_not_the_potential_alone():
-    potential = TrainerRequests(sketch=SketchRequest(influence=InfluenceConfig(), staleness=1, L=4))
-    assert potential.sketch.influence.potential_alone  # the default estimator: drift, residual none, step
-    for stage in (0, 1, 2, 3):  # ZeRO 0-2: on the whole module (trainer_potential.py); ZeRO-3: on the shards
-        check_requests(potential, zero_stage=stage)
-    sketch = TrainerRequests(sketch=SketchRequest(influence=InfluenceConfig(estimator=FirstOrderConfig()),
-                                                  staleness=1, L=4))
-    check_requests(sketch, zero_stage=3)
-    check_requests(TrainerRequests(snapshot=SnapshotRequest()), zero_stage=0)
-    with pytest.raises(UserError, match=r"--train.zero_stage=3 \(got 2\)"):
-        check_requests(sketch, zero_stage=2)
 
 
 def test_in_trainer_refuses_what_cannot_be_split_over_shards_but_not_the_potential_alone():
