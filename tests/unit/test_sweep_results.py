@@ -73,7 +73,7 @@ def test_results_csv_one_row_per_trial_with_params_and_metric():
 
 
 def test_format_table_gamma_column_and_note_when_gamma_varies():
-    d3 = ["--schedule.type=d3"]
+    d3 = ["--schedule.type=d3", "--schedule.placement.type=actors"]  # the look-ahead runs on influence actors
     gamma_rows = [
         trial_row(
             "a", {"schedule.influence.gamma": 0.01}, cfg(*d3, "--schedule.influence.gamma=0.01"),
@@ -102,8 +102,8 @@ def test_format_table_gamma_column_and_note_when_gamma_varies():
 
 @pytest.mark.parametrize(("overrides", "answer"), [
     (["--schedule.type=d3"], "no"),  # the drift estimator with the AdamW step: γ unused
-    (["--schedule.type=d3", "--schedule.influence.estimator.type=lookahead", "--schedule.influence.preconditioner=none"],
-     "yes"),
+    (["--schedule.type=d3", "--schedule.placement.type=actors", "--schedule.influence.estimator.type=lookahead",
+      "--schedule.influence.preconditioner=none"], "yes"),
     (["--schedule.type=loss", "--schedule.order.type=d3", "--schedule.order.influence.estimator.type=lookahead",
       "--schedule.order.influence.preconditioner=none"], "yes"),  # a selector's D3 order stage answers
     (["--schedule.type=odm", "--schedule.order.type=d3"], "no"),
