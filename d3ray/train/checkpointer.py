@@ -1,0 +1,170 @@
+"""The training loop's checkpoints: when the trainers save, what goes in, and what it costs them.
+
+At every chunk boundary (and at the end of the run) the loop hands the checkpointer two calls:
+
+    chunk_ended(state, ...)     before the scheduler's work on the ranks (feedback, snapshot, scores):
+                                is a checkpoint due? (``checkpoint_due``: every K chunks, or at the chunk
+                                crossing each multiple of ``checkpoint_every_steps``, or ``checkpoint_every_sec``
+                                after the last, rank 0's clock broadcast; always at the end). If so, rank 0
+                                asks the coordinator for its ``checkpoint_state(next_chunk)`` now, while the
+                                coordinator waits for the trainers' scores and has time to answer
+    save_if_due(state, ...)     after it: rank 0 waits for the next chunk's decision (its wait is the next
+                                chunk's, ``time/wait_sec``), collects the coordinator's state (asked again
+                                if the next chunk was decided after the early answer), then every rank saves
+                                (d3ray/train/checkpoint.py ``save_checkpoint``, the trainer side's state) and
+                                reports the checkpoint to Ray Train; rank 0 logs ``time/checkpoint_sec`` (the
+                                state collected and the save; with ``checkpoint_upload: async`` not the upload)
+                                and lets the coordinator release the chunks the checkpoint covers
+
+The coordinator's answer is the same whenever it is asked between the chunk's last step and the save: the
+decisions already served from ``next_chunk`` on (the trainers asked for ``next_chunk`` at the start of this
+chunk; the one after is only asked for once they train ``next_chunk``), the data cursor of ``next_chunk``,
+and for a scheduler that reads feedback its state once it has observed every trained chunk (the coordinator
+waits for rank 0's feedback, sent in the boundary's work). Asked before the boundary's work, it is not
+asked of a coordinator busy with the decision the scores just started and the next chunk's read.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from d3ray.train.checkpoint import TrainState, checkpoint_due, load_checkpoint, save_checkpoint
+from d3ray.train.config import TrainConfig
+from d3ray.train.metrics import RunLogs
+from d3ray.train.trainer_rank import TrainerRank
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Checkpointer", "resume"]
+
+
+def resume(trainer: TrainerRank, tcfg: TrainConfig, coordinator: Any, trainer_side: Any,
+           base_model: str | None) -> TrainState:
+    """Where this run starts: Ray Train's newest checkpoint (a resumed run), else ``train.init_checkpoint``
+    (a branch of a shared trunk, d3ray compare), else the start. Every rank loads the engine, its RNG and
+    its trainer-side state; rank 0 hands the checkpoint's schedule state to the coordinator."""
+    import ray
+    import ray.train
+
+    state = TrainState()
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is None and tcfg.init_checkpoint:
+        checkpoint = ray.train.Checkpoint.from_directory(tcfg.init_checkpoint)
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d:
+            state = load_checkpoint(trainer.engine, Path(d), trainer.rank, base_model=base_model)
+            trainer_side.restore(Path(d))
+        logger.info("rank %d resumed at step %d, chunk %d+%d", trainer.rank, state.step, state.next_chunk,
+                    state.position)
+    if trainer.is_rank0 and state.schedule:
+        ray.get(coordinator.restore.remote(state.schedule))
+    return state
+
+
+class Checkpointer:
+    """Owns the checkpoint cadence and the save (see the module docstring); every rank calls the same methods.
+
+    Args:
+        trainer: this rank.
+        tcfg: the train config (``checkpoint_every_chunks``, ``_steps``, ``_sec``, ``checkpoint_upload``).
+        coordinator: the ScheduleCoordinator actor.
+        trainer_side: the rank's :class:`~d3ray.train.trainer_side.TrainerSide` (its state goes in too).
+        tokenizer_dir: the run's tokenizer (copied into every checkpoint).
+        base_model: the frozen LoRA base's directory (left out of the checkpoint), or None.
+        device: the device of this rank's collectives (the every-seconds decision is broadcast).
+        logs: rank 0's run-directory logs, or None.
+        step: the step training starts at (the steps cadence counts from the last checkpoint).
+    """
+
+    def __init__(self, trainer: TrainerRank, tcfg: TrainConfig, coordinator: Any, trainer_side: Any,
+                 tokenizer_dir: str, base_model: str | None, device: Any, logs: RunLogs | None, step: int) -> None:
+        import ray.train
+
+        self.trainer, self.tcfg, self.coordinator, self.trainer_side = trainer, tcfg, coordinator, trainer_side
+        self.tokenizer_dir, self.base_model, self.device, self.logs = tokenizer_dir, base_model, device, logs
+        self.upload = ray.train.CheckpointUploadMode[tcfg.checkpoint_upload.upper()]
+        self.last_time, self.last_step = time.perf_counter(), step
+        self.due = False
+        self.finished = False
+        self.state_ref: Any = None
+        self.carried_wait = 0.0
+        """A checkpoint's wait for the next decision: the next chunk's wait (taken by :meth:`take_carried_wait`)."""
+
+    def chunk_ended(self, state: TrainState, chunk_done: bool, finished: bool) -> None:
+        """Decide whether a checkpoint is due at this cursor (``state.next_chunk`` already the next chunk
+        when ``chunk_done``), and if so have rank 0 ask the coordinator for its state now."""
+        tcfg = self.tcfg
+        due = checkpoint_due(finished=finished, chunk_done=chunk_done, next_chunk=state.next_chunk,
+                             every_chunks=tcfg.checkpoint_every_chunks,
+                             seconds_since_last=time.perf_counter() - self.last_time,
+                             every_sec=tcfg.checkpoint_every_sec, every_steps=tcfg.checkpoint_every_steps,
+                             step=state.step, last_checkpoint_step=self.last_step)
+        if self.trainer.world > 1 and tcfg.checkpoint_every_sec > 0 and chunk_done and not finished:
+            # The clocks of the ranks differ: rank 0's decision holds for all (save is a collective).
+            import torch
+            import torch.distributed as dist
+
+            flag = torch.tensor([float(due)], device=self.device)
+            dist.broadcast(flag, src=0)
+            due = bool(flag.item())
+        self.due, self.finished = due, finished
+        if due and self.trainer.is_rank0:
+            self.state_ref = self.coordinator.checkpoint_state.remote(state.next_chunk)
+
+    def take_carried_wait(self) -> float:
+        """The seconds the last checkpoint waited for the next chunk's decision (then 0: counted once)."""
+        wait, self.carried_wait = self.carried_wait, 0.0
+        return wait
+
+    def save_if_due(self, state: TrainState, next_ref: Any, metrics: dict[str, Any], last_eval: dict[str, float]) -> None:
+        """Save a checkpoint if :meth:`chunk_ended` found one due (a collective: every rank saves its part).
+
+        Args:
+            state: the training state (its ``schedule`` is set to the coordinator's here).
+            next_ref: the trainers' pending request for the next chunk (its decision belongs in the checkpoint).
+            metrics: what the report carries (step, loss, tokens, chunk id); ``last_eval``'s finite values join them.
+        """
+        import ray
+        import ray.train
+
+        if not self.due:
+            return
+        self.due = False
+        self.last_time, self.last_step = time.perf_counter(), state.step
+        rank0 = self.trainer.is_rank0
+        if rank0 and not self.finished:  # the next chunk's decision belongs in this checkpoint
+            t_wait = time.perf_counter()
+            ray.get(next_ref)
+            self.carried_wait = time.perf_counter() - t_wait
+        start = time.perf_counter()
+        if rank0:
+            state.schedule = self._coordinator_state(state.next_chunk)
+        report = {**metrics, **{k: v for k, v in last_eval.items() if np.isfinite(v)}}
+        # Ray Train removes the local copy once it is in storage_path; with the asynchronous upload the
+        # next chunk trains while it copies (training only waits on a previous upload still running).
+        local = tempfile.mkdtemp(prefix="d3ray-checkpoint-")
+        save_checkpoint(self.trainer.engine, state, Path(local), self.trainer.rank, Path(self.tokenizer_dir),
+                        base_model=self.base_model)
+        self.trainer_side.save(Path(local))
+        ray.train.report(report, checkpoint=ray.train.Checkpoint.from_directory(local),
+                         checkpoint_upload_mode=self.upload, delete_local_checkpoint_after_upload=True)
+        if rank0:  # what the checkpoint cost the trainers (with async: the save, not the upload)
+            self.logs.log_metrics({"step": state.step, "time/checkpoint_sec": time.perf_counter() - start})
+            self.coordinator.release.remote(state.next_chunk)
+
+    def _coordinator_state(self, next_chunk: int) -> dict[str, Any]:
+        """The coordinator's ``checkpoint_state(next_chunk)``: the early answer, or (when the next chunk was
+        decided after it, and the run goes on to train it) the answer to a second ask."""
+        import ray
+
+        schedule = ray.get(self.state_ref)
+        self.state_ref = None
+        if not self.finished and str(next_chunk) not in schedule.get("decisions", {}):
+            schedule = ray.get(self.coordinator.checkpoint_state.remote(next_chunk))
+        return schedule
