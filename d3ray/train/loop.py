@@ -74,7 +74,7 @@ def train_step(engine, batch, rows: slice, micro: int, device, weights_for) -> A
     per-sequence losses, the step loss (``weights_for(global_rows, losses)`` gives a micro-batch's loss
     weights or None, see :func:`micro_weights`), ``engine.backward`` and ``engine.step`` per micro-batch
     (DeepSpeed steps the optimizer at the accumulation boundary). Shared by the training loop and the
-    census (d3ray/census/), whose one-rank engine takes every row of the batch with the run's accumulation.
+    census (d3ray/lab/census/), whose one-rank engine takes every row of the batch with the run's accumulation.
 
     Returns:
         (1 + n_rows,) float32 on ``device``: the mean of the micro-batch losses, then each row's token-mean loss.
