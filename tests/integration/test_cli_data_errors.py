@@ -13,7 +13,7 @@ pytestmark = pytest.mark.ray
 
 
 @pytest.mark.slow
-def test_cli_bad_records_over_the_limit_stop_the_run_with_the_worst_file(capsys, tmp_path: Path) -> None:
+def test_cli_bad_records_over_the_limit_stop_the_run_with_the_worst_file(ray_cluster, capsys, tmp_path: Path) -> None:
     """The bad-record check fails inside the coordinator actor; the driver reports it as a user error. (The
     first 20 records, which the driver checks before the run, are good: the bad ones come after them.)"""
     import zstandard
@@ -35,7 +35,7 @@ def test_cli_bad_records_over_the_limit_stop_the_run_with_the_worst_file(capsys,
     err = _fails([
         "pretrain", f"--output_dir={tmp_path / 'runs'}", f"--data.train_paths=[{train.parent}]",
         f"--data.validation_paths=[{corpus / 'validation'}]", "--data.max_bad_fraction=0.1", "--data.min_records_before_check=20",
-        "--schedule.type=random", "--train.steps=8", "--ray.num_cpus=4",
+        "--schedule.type=random", "--train.steps=8",
     ], capsys)
     assert err.startswith("d3ray pretrain: error: ") and "data.train_paths: the first" not in err  # not the driver's
     assert "records are bad" in err and "a_broken.jsonl.zst" in err
