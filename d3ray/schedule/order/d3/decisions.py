@@ -36,14 +36,14 @@ logger = logging.getLogger(__name__)
 SORTED_BY_POTENTIAL = "sorted by potential, no search"
 
 
-def unsearchable(S: Any, n: int) -> str | None:
-    """Why a solver cannot search ``S`` for a chunk of ``n`` batches (None: it can): not an (n, n) matrix,
+def unsearchable(S: Any, L: int) -> str | None:
+    """Why a solver cannot search ``S`` for a chunk of ``L`` batches (None: it can): not an (L, L) matrix,
     a NaN or inf entry, or not antisymmetric (the solvers' own check, ``validate_advantage``)."""
     from d3ray.solver.problem import validate_advantage
 
     shape = getattr(S, "shape", None)
-    if shape != (n, n):
-        return f"S of shape {shape}, not ({n}, {n})"
+    if shape != (L, L):
+        return f"S of shape {shape}, not ({L}, {L})"
     try:
         validate_advantage(S)
     except ValueError as err:
@@ -58,17 +58,17 @@ def potential_decision(cfg: D3ScheduleConfig, chunk_id: int, batch_ids: list[int
 
     A potential of the wrong length is refused: the chunk falls back to stream order, with the reason."""
     base = base_record(cfg)
-    n = len(batch_ids)
+    L = len(batch_ids)
     f = np.asarray(potential.potential, dtype=np.float64)
-    if f.shape != (n,) or list(potential.batch_ids) != list(batch_ids):
-        return fallback(n, None, f"chunk {chunk_id}: a potential of shape {f.shape} for batches "
-                                  f"{list(potential.batch_ids)}, not ({n},) for {list(batch_ids)}; stream order", base)
+    if f.shape != (L,) or list(potential.batch_ids) != list(batch_ids):
+        return fallback(L, None, f"chunk {chunk_id}: a potential of shape {f.shape} for batches "
+                                  f"{list(potential.batch_ids)}, not ({L},) for {list(batch_ids)}; stream order", base)
     t0 = time.perf_counter()
     excluded = set(int(b) for b in potential.excluded)
     order, left_out = sort_by_potential(f, np.array([int(b) in excluded for b in batch_ids], dtype=bool))
     eta = float(potential.step_size)
     chosen = potential_forward_weight(f, order, eta, left_out)
-    stream = potential_forward_weight(f, np.arange(n), eta, left_out)
+    stream = potential_forward_weight(f, np.arange(L), eta, left_out)
     kept = f[~left_out]
     record = {**base, **info, "decided_by": SORTED_BY_POTENTIAL, "search": False,
               **predicted_loss_change(chosen, stream),
@@ -130,20 +130,20 @@ def base_record(cfg: D3ScheduleConfig) -> dict[str, Any]:
     return record
 
 
-def fallback(chunk_or_n: Any, S: np.ndarray | None, reason: str, record: dict | None = None) -> ChunkDecision:
-    """The fallback decision of a chunk (a ``Chunk`` or its size): the row-sum order of ``S`` when there is
+def fallback(chunk_or_L: Any, S: np.ndarray | None, reason: str, record: dict | None = None) -> ChunkDecision:
+    """The fallback decision of a chunk (a ``Chunk`` or its L, the batches in it): the row-sum order of ``S`` when there is
     one (the solver's initial order), else stream order; ``reason`` goes to the log and its row."""
-    n = chunk_or_n if isinstance(chunk_or_n, int) else chunk_or_n.size
+    L = chunk_or_L if isinstance(chunk_or_L, int) else chunk_or_L.size
     if S is not None:
         order = tuple(int(i) for i in row_sum_order(S))
         kind = "row_sum"
     else:
-        order = tuple(range(n))
+        order = tuple(range(L))
         kind = "stream"
     logger.warning("D3 fallback (%s order): %s", kind, reason)
     rec = {"scheduler": "d3", "fallback_reason": reason, "fallback_order": kind, **(record or {})}
     if S is not None:
-        rec.update(cost_stream=ordering_cost(S, np.arange(n)), cost_after=ordering_cost(S, np.asarray(order)))
+        rec.update(cost_stream=ordering_cost(S, np.arange(L)), cost_after=ordering_cost(S, np.asarray(order)))
     return ChunkDecision(order=order, fallback=True, record=rec, matrix=S)
 
 
@@ -153,7 +153,7 @@ class D3Pending:
 
     cfg: D3ScheduleConfig
     chunk_id: int
-    n: int
+    L: int
     S_ref: Any
     info_ref: Any
     solve_ref: Any
@@ -174,22 +174,22 @@ class D3Pending:
                 S = ray.get(self.S_ref)
             except RayError:
                 S = None
-        problem = None if S is None else unsearchable(S, self.n)
+        problem = None if S is None else unsearchable(S, self.L)
         if problem is not None:  # no row sum of an S the solver refused: stream order
-            return fallback(self.n, None, f"chunk {self.chunk_id}: S cannot be searched ({problem}); stream order",
+            return fallback(self.L, None, f"chunk {self.chunk_id}: S cannot be searched ({problem}); stream order",
                              base_record(self.cfg))
-        return fallback(self.n, S, reason, base_record(self.cfg))
+        return fallback(self.L, S, reason, base_record(self.cfg))
 
     def _decide(self, deadline: Deadline) -> ChunkDecision:
 
         base = base_record(self.cfg)
         info = deadline.get(self.info_ref)
         if "error" in info:
-            return fallback(self.n, None, info["error"], base)
+            return fallback(self.L, None, info["error"], base)
         S = deadline.get(self.S_ref)
-        problem = unsearchable(S, self.n)
+        problem = unsearchable(S, self.L)
         if problem is not None:  # refused at the chunk, before the solver's answer (an error) is awaited
-            return fallback(self.n, None, f"chunk {self.chunk_id}: S cannot be searched ({problem}); stream order", base)
+            return fallback(self.L, None, f"chunk {self.chunk_id}: S cannot be searched ({problem}); stream order", base)
         result = deadline.get(self.solve_ref)
         order = tuple(int(i) for i in result.order)
         shortcut = "shortcut" in result.stats
@@ -198,8 +198,8 @@ class D3Pending:
             "decided_by": (f"sorted by the fitted potential ({self.cfg.solver.type_name}'s short-cut), no search"
                            if shortcut else f"searched by {self.cfg.solver.type_name}"),
             "search": not shortcut,
-            **predicted_loss_change(forward_weight(S, np.asarray(order)), forward_weight(S, np.arange(self.n))),
-            "cost_stream": ordering_cost(S, np.arange(self.n)),
+            **predicted_loss_change(forward_weight(S, np.asarray(order)), forward_weight(S, np.arange(self.L))),
+            "cost_stream": ordering_cost(S, np.arange(self.L)),
             "cost_before": float(result.initial_cost),
             "cost_after": float(result.cost),
             "solver_sec": float(result.seconds),
@@ -228,8 +228,8 @@ def chunk_seed(seed: int, chunk_id: int) -> int:
     return seed * 1_000_003 + chunk_id
 
 
-def submit_solve(cfg: D3ScheduleConfig, chunk_id: int, n: int, S_ref: Any, info_ref: Any, solver_pool: Any,
+def submit_solve(cfg: D3ScheduleConfig, chunk_id: int, L: int, S_ref: Any, info_ref: Any, solver_pool: Any,
                  seed: int, started: float) -> D3Pending:
     """Hand a chunk's S (a Ray ref: the solver starts as soon as S exists) to the solver pool; its pending decision."""
     solve_ref = solver_pool.submit(chunk_id, S_ref, seed=chunk_seed(seed, chunk_id))
-    return D3Pending(cfg, chunk_id, n, S_ref, info_ref, solve_ref, started)
+    return D3Pending(cfg, chunk_id, L, S_ref, info_ref, solve_ref, started)

@@ -52,10 +52,10 @@ class D3Scheduler(SchedulerBase):
             logger.warning("schedule: %s", key if "(paper:" not in key else f"the d3_paper preset no longer holds {key}")
 
     def submit(self, chunk: Chunk, batch_refs: tuple, context: SubmitContext) -> PendingDecision:
-        n = chunk.size
+        L = chunk.size
         if chunk.chunk_id == 0 and self.cfg.first_chunk == "stream":
             # Decided at once, without influence: the trainers' first step does not wait (D3ScheduleConfig.first_chunk).
-            return Decided(ChunkDecision(order=tuple(range(n)), fallback=False,
+            return Decided(ChunkDecision(order=tuple(range(L)), fallback=False,
                                          record={**base_record(self.cfg), "first_chunk": "stream_order"}))
         return self.submitter.submit(chunk, batch_refs, context)
 

@@ -135,7 +135,7 @@ class ActorsSubmitter:
         if context.weights is None:
             return Decided(fallback(chunk, None, "no weights snapshot published in time"))
         refs = chunk_refs(chunk, batch_refs)
-        n, ids, actors, weights = chunk.size, list(chunk.batch_ids), self.actors, context.weights
+        L, ids, actors, weights = chunk.size, list(chunk.batch_ids), self.actors, context.weights
         started = time.perf_counter()
         if self._sorts_in_actor:
             info_ref, potential_ref = actors[0].order_chunk.options(num_returns=2).remote(
@@ -146,7 +146,7 @@ class ActorsSubmitter:
                      for k, a in enumerate(actors) if ids[k::len(actors)]]
         else:  # several workers share a chunk only once a common reference (the last chunk's) exists
             shared = len(actors) > 1 and (self._reference is not None or not self._sketches)
-            splits = np.array_split(np.arange(n), len(actors)) if shared else [np.arange(n)]
+            splits = np.array_split(np.arange(L), len(actors)) if shared else [np.arange(L)]
             parts = [actors[k].sketch_chunk.remote(chunk.chunk_id, weights, [refs[i] for i in part],
                                                    [ids[i] for i in part], self._reference if shared else None,
                                                    self._keeps_reference)
@@ -158,7 +158,7 @@ class ActorsSubmitter:
             self.cfg.influence.estimator, ids, *parts)
         if self._keeps_reference:
             self._reference = [next_reference]  # the next chunk's reference: this chunk's mean directions
-        return submit_solve(self.cfg, chunk.chunk_id, n, S_ref, info_ref, self.solver_pool, self.seed, started)
+        return submit_solve(self.cfg, chunk.chunk_id, L, S_ref, info_ref, self.solver_pool, self.seed, started)
 
     def _assembler(self) -> Any:
         """The Ray task that joins the actors' parts: into f (the potential alone) or into S."""

@@ -95,7 +95,7 @@ class InTrainerSubmitter:
         if context.influence is None:
             return Decided(fallback(chunk, None, "no influence from the trainers in time"))
         chunk_refs(chunk, batch_refs)  # the trainers hold the batches; the refs only say there are L of them
-        n, ids = chunk.size, list(chunk.batch_ids)
+        L, ids = chunk.size, list(chunk.batch_ids)
         started = time.perf_counter()
         payload = ray.get(context.influence[0])  # the trainers' f (or S) of the whole chunk: a few hundred bytes
         values, info = take_trainer_influence(ids, payload)
@@ -103,13 +103,13 @@ class InTrainerSubmitter:
             return Decided(fallback(chunk, None, info["error"]))
         if self.cfg.sorts_potential:  # the sort of f, here and now: no S, no solver (docs/design/d3-default-order.md)
             return Decided(potential_decision(self.cfg, chunk.chunk_id, ids, payload, info, started))
-        if getattr(payload, "S", None) is None and np.shape(values) == (n,):  # f for the exact reference solver
+        if getattr(payload, "S", None) is None and np.shape(values) == (L,):  # f for the exact reference solver
             values = potential_matrix(values, np.isin(ids, payload.excluded), payload.step_size)
-        problem = unsearchable(values, n)
+        problem = unsearchable(values, L)
         if problem is not None:
             return Decided(fallback(chunk, None, f"chunk {chunk.chunk_id}: S cannot be searched ({problem}); "
                                                  f"stream order", base_record(self.cfg)))
-        return submit_solve(self.cfg, chunk.chunk_id, n, ray.put(values), ray.put(info), self.solver_pool,
+        return submit_solve(self.cfg, chunk.chunk_id, L, ray.put(values), ray.put(info), self.solver_pool,
                             self.seed, started)
 
     def influence_actors(self) -> list[Any]:
