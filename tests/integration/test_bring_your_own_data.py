@@ -121,7 +121,8 @@ def test_a_plain_text_corpus_trains_with_no_data_flags(ray_cluster, tmp_path, ca
         write_split(train / d if len(formats) > 1 else train, fmt, domain_texts(words, 120))
         write_split(validation / d if len(formats) > 1 else validation, fmt, domain_texts(words, 30, seed=1))
     out, _ = run_cli(["pretrain", f"--output_dir={tmp_path / 'runs'}", "--name=plain", f"--data.train_paths=[{train}]",
-                      f"--data.validation_paths=[{validation}]", "--train.steps=8", "--schedule.type=random"], capsys)
+                      f"--data.validation_paths=[{validation}]", "--train.steps=8", "--schedule.type=random",
+                      "--train.num_workers=1"], capsys)  # the data path is the point: one trainer
     names = sorted(formats)
     line = ", ".join(f"{d} (120 records)" for d in names)  # a small corpus: every record read before the run
     assert f"domains: {line}, from the data paths' folder names (the records have no 'meta.redpajama_set_name')" in out
@@ -155,7 +156,7 @@ def test_every_json_file_kind_in_a_folder_trains_and_the_rest_are_named_in_one_w
         (root / name).write_bytes(data)
     (root / "notes.txt").write_text("not a record file")
     _, err = run_cli(["pretrain", f"--output_dir={tmp_path / 'runs'}", "--name=kinds", f"--data.train_paths=[{root}]",
-                      "--train.steps=2", "--schedule.type=random"], capsys)
+                      "--train.steps=2", "--schedule.type=random", "--train.num_workers=1"], capsys)
     assert "data.train_paths: 1 file(s) not read, not of a kind d3ray reads (" in err and "mixed/notes.txt" in err
     quality = json.loads((tmp_path / "runs" / "kinds" / "data_quality.json").read_text())["data_quality"]
     # every file read (each epoch of the 30 records counts them again), none of them bad
