@@ -114,7 +114,13 @@ class ActorsSubmitter:
     """Submits each chunk to the influence actors (see the module docstring); made by :meth:`ActorsPlacement.build`."""
 
     def __init__(self, d3: D3ScheduleConfig, actors: list[Any], solver_pool: SolverPool | None, seed: int) -> None:
-        from d3ray.schedule.order.d3.influence_actor import sketches_anything
+        import ray
+
+        from d3ray.schedule.order.d3.influence_actor import (
+            assemble_influence,
+            assemble_potential,
+            sketches_anything,
+        )
 
         self.cfg, self.actors, self.solver_pool, self.seed = d3, list(actors), solver_pool, seed
         self._sorts_in_actor = d3.placement.sorts_in_actor(d3)
@@ -124,7 +130,9 @@ class ActorsSubmitter:
         self._sketches = sketches_anything(d3.influence)
         self._keeps_reference = (len(self.actors) > 1 and d3.influence.control_variate
                                  and not d3.influence.estimator.is_exact_lookahead and self._sketches)
-        self._assemble: Any = None  # the Ray task that joins the actors' parts, made at the first chunk
+        # the Ray task that joins the actors' parts: into f (the potential alone) or into S
+        self._assemble = ray.remote(num_cpus=0, max_retries=2)(
+            assemble_potential if d3.sorts_potential else assemble_influence)
 
     def submit(self, chunk: Chunk, batch_refs: Any, context: SubmitContext) -> PendingDecision:
         import numpy as np
@@ -152,24 +160,13 @@ class ActorsSubmitter:
                                                    self._keeps_reference)
                      for k, part in enumerate(splits) if len(part)]
         if self.cfg.sorts_potential:  # several actors' shares of f, joined in one task, sorted by the coordinator
-            info_ref, potential_ref = self._assembler().options(num_returns=2).remote(ids, *parts)
+            info_ref, potential_ref = self._assemble.options(num_returns=2).remote(ids, *parts)
             return PotentialPending(self.cfg, chunk.chunk_id, ids, info_ref, potential_ref, started)
-        S_ref, info_ref, next_reference = self._assembler().options(num_returns=3).remote(
+        S_ref, info_ref, next_reference = self._assemble.options(num_returns=3).remote(
             self.cfg.influence.estimator, ids, *parts)
         if self._keeps_reference:
             self._reference = [next_reference]  # the next chunk's reference: this chunk's mean directions
         return submit_solve(self.cfg, chunk.chunk_id, L, S_ref, info_ref, self.solver_pool, self.seed, started)
-
-    def _assembler(self) -> Any:
-        """The Ray task that joins the actors' parts: into f (the potential alone) or into S."""
-        if self._assemble is None:
-            import ray
-
-            from d3ray.schedule.order.d3.influence_actor import assemble_influence, assemble_potential
-
-            task = assemble_potential if self.cfg.sorts_potential else assemble_influence
-            self._assemble = ray.remote(num_cpus=0, max_retries=2)(task)
-        return self._assemble
 
     def influence_actors(self) -> list[Any]:
         return list(self.actors)
