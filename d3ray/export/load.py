@@ -127,7 +127,7 @@ def load_checkpoint_model(ckpt_dir: str | Path, attn_implementation: str = "eage
     import transformers
 
     from d3ray.data.tokenizer import load_tokenizer
-    from d3ray.lora import lora_from_description
+    from d3ray.model.lora import lora_from_description
 
     root = Path(ckpt_dir)
     description_file = root / "model.json"

@@ -34,7 +34,7 @@ from d3ray.influence.resources import actor_device, actor_threads
 from d3ray.influence.sketch import stable_seed
 from d3ray.influence.snapshot import load_snapshot, split_snapshot
 from d3ray.influence.statistics import BatchStatistics, CrossEntropyObjective, Params
-from d3ray.lora import LoraConfig
+from d3ray.model.lora import LoraConfig
 from d3ray.ray_refs import is_object_ref, resolve
 
 logger = logging.getLogger(__name__)

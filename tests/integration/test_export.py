@@ -10,7 +10,7 @@ from d3ray.cli import main
 from d3ray.data.config import TokenizerConfig
 from d3ray.data.tokenizer import train_tokenizer_from_texts
 from d3ray.export import export_model, load_model, model_source_kind
-from d3ray.lora import LoraConfig, apply_lora
+from d3ray.model.lora import LoraConfig, apply_lora
 from d3ray.train.checkpoint import TrainState, save_checkpoint
 
 

@@ -20,7 +20,7 @@ from d3ray.influence.estimators import (
 )
 from d3ray.influence.influence import influence_from_lookahead, influence_from_sketches
 from d3ray.influence.worker import InfluenceWorker, sample_rows
-from d3ray.lora import LoraConfig
+from d3ray.model.lora import LoraConfig
 
 MODEL = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64, n_positions=16).to_dict()
 GAMMA = 0.05

@@ -33,7 +33,7 @@ SOURCES = ("random", "pretrained")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="JSON file to write")
-    parser.add_argument("--preset", default="gpt2-124m", help="model preset (d3ray/model.py; default gpt2-124m)")
+    parser.add_argument("--preset", default="gpt2-124m", help="model preset (d3ray/model/causal_lm.py; default gpt2-124m)")
     parser.add_argument("--vocab", type=int, default=50257, help="vocabulary size (default 50257, GPT-2's: 124M)")
     parser.add_argument("--seq-len", type=int, default=1024, help="context length (default 1024)")
     parser.add_argument("--ranks", type=int, default=2, help="ranks (processes) loading the model (default 2)")

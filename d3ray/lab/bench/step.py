@@ -27,7 +27,7 @@ PHASES = ("forward", "loss", "weights_and_step_loss", "backward", "optimizer")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="JSON file to write")
-    parser.add_argument("--preset", default="gpt2-tiny", help="model preset (d3ray/model.py; default gpt2-tiny)")
+    parser.add_argument("--preset", default="gpt2-tiny", help="model preset (d3ray/model/causal_lm.py; default gpt2-tiny)")
     parser.add_argument("--micro-batch", type=int, default=4, help="sequences per step (default 4, the run default)")
     parser.add_argument("--seq-len", type=int, default=128, help="tokens per sequence (default 128)")
     parser.add_argument("--vocab", type=int, default=4096, help="vocabulary size (default 4096, the run default)")

@@ -25,7 +25,7 @@ from d3ray.influence.config import InfluenceConfig
 from d3ray.influence.estimators import EstimatorConfig
 from d3ray.influence.resources import lower_priority
 from d3ray.influence.worker import InfluenceWorker
-from d3ray.lora import LoraConfig
+from d3ray.model.lora import LoraConfig
 from d3ray.run_files import route_logs_to_run_dir
 
 logger = logging.getLogger(__name__)

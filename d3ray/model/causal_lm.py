@@ -1,8 +1,8 @@
 """Causal LMs: architecture presets, their transformers config dicts, and the model builder.
 
-A low-level module (imports only ``d3ray.lora`` and ``d3ray.errors``) shared by the trainers (``d3ray.train``), the influence
-workers (``d3ray.influence``) and the benchmarks, so that all of them build the same architecture from
-the same preset. Presets span a 2-core CPU smoke model to GPU-sized models; ``model_config_dict``
+A low-level module (imports only ``d3ray.model.lora`` and ``d3ray.errors``) shared by the trainers
+(``d3ray.train``), the influence workers (``d3ray.influence``) and the benchmarks, so that all of them build
+the same architecture from the same preset. Presets span a 2-core CPU smoke model to GPU-sized models; ``model_config_dict``
 gives the plain transformers config dict (with ``model_type``) that travels to Ray actors, and
 ``build_model`` makes the model from it (random init, or a local pretrained directory; any local HF
 causal LM: GPT-2, Llama, Qwen2, Mistral shapes are tested). Given a ZeRO-3 DeepSpeed config it builds
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from d3ray.errors import UserError
-from d3ray.lora import LoraConfig
+from d3ray.model.lora import LoraConfig
 
 __all__ = ["PRESETS", "ModelConfig", "build_model", "check_pretrained_path", "check_tokenizer_fits", "lora_base_model",
            "enable_activation_checkpointing", "model_config_dict"]
@@ -195,7 +195,7 @@ def lora_base_model(cfg: ModelConfig) -> str | None:
 
 def apply_lora_if_set(model: Any, cfg: ModelConfig) -> Any:
     if cfg.lora is not None:
-        from d3ray.lora import apply_lora
+        from d3ray.model.lora import apply_lora
 
         model = apply_lora(model, cfg.lora)
     return model
