@@ -77,18 +77,23 @@ def potential_shortcut(S: np.ndarray, init: np.ndarray, tol: float = 0.0) -> Pot
     return None
 
 
-def sort_by_potential(f: np.ndarray, excluded: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def sort_by_potential(f: np.ndarray, excluded: np.ndarray | None = None,
+                      step_size: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """The order of a chunk whose S is the potential alone, S[i, j] = η·(f_j − f_i) (eq. P3 of
-    d3ray/influence/potential.py): the ascending sort by f, ties in stream order. No S is built.
+    d3ray/influence/potential.py): the ascending sort by f, ties in stream order. No solver runs.
 
     It is the order the solvers' short-cut (:func:`potential_shortcut`, identity ``init``) gives for that
     S: its fitted potential p̂_i = −(1/K)·Σ_j S[i, j] = η·(f_i − mean f) sorts as f. An excluded batch (a
     non-finite loss or statistic) has a zero row and column in S, so p̂ = 0 there: it sorts where
-    f = the mean of the other batches' f, which is where it is placed here.
+    f = the mean of the other batches' f. The key is that p̂, computed with the same floating-point
+    operations as the short-cut on the merged S (an O(K²) sum, K = L numbers a row), so that batches tied
+    in exact arithmetic (an excluded batch at the mean of the others, equal f) fall in the order the
+    solver gave them, not in an order float rounding picks differently.
 
     Args:
         f: (K,) potential of the chunk's batches, in stream order (non-finite entries count as excluded).
         excluded: (K,) bool, batches to leave out of the potential; None = none but the non-finite ones.
+        step_size: η > 0, the scale S was built with (it changes the rounding, not the order of distinct p̂).
 
     Returns:
         (order, excluded): the (K,) int64 permutation, and the (K,) bool batches left out of the
@@ -100,6 +105,9 @@ def sort_by_potential(f: np.ndarray, excluded: np.ndarray | None = None) -> tupl
     bad = ~np.isfinite(f)
     if excluded is not None:
         bad |= np.asarray(excluded, dtype=bool)
-    good = ~bad
-    f[bad] = f[good].mean() if good.any() else 0.0
-    return np.argsort(f, kind="stable").astype(np.int64), bad
+    kept = np.where(bad, 0.0, f)
+    S = step_size * (kept[None, :] - kept[:, None])  # S[i, j] = η·(f_j − f_i), as the merge builds it
+    S[bad, :] = 0.0
+    S[:, bad] = 0.0
+    key = fit_potential(S)
+    return np.lexsort((np.arange(f.shape[0]), key)).astype(np.int64), bad

@@ -76,7 +76,7 @@ def test_sort_by_potential_is_the_default_solvers_order_for_the_same_s(f, eta, d
     S = potential_antisymmetric(np.where(excluded, 0.0, f), eta)
     S[excluded, :] = 0.0
     S[:, excluded] = 0.0
-    order, left_out = sort_by_potential(f, excluded)
+    order, left_out = sort_by_potential(f, excluded, eta)
     assert left_out.tolist() == excluded.tolist()
     assert sorted(order.tolist()) == list(range(K))
     assert ordering_cost(S, order) == 0.0  # optimal for S, as the solver's order

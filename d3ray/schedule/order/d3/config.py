@@ -36,7 +36,7 @@ class D3ScheduleConfig(ScheduleConfig):
     Xu et al. 2026, §3 order each chunk of L batches by the directional advantage S of its batches'
     influence. With the influence defaults (``drift``, ``residual: none``, the AdamW step) S is the exact
     drift potential alone, S[i, j] = η·(f_j − f_i) (d3ray/influence/potential.py, eq. P3): the L numbers f_i
-    are sorted where they are (the LOP's optimum, no S built, no solver; docs/design/d3-default-order.md).
+    are sorted where they are (the LOP's optimum, no S shipped, no solver; docs/design/d3-default-order.md).
     An estimator that sketches, or ``solver: exact``, gets S and the solver pool. Where f (or S) is computed
     is ``placement``. ``d3ray schedulers d3`` lists the presets and the placements.
     """

@@ -65,8 +65,8 @@ def potential_decision(cfg: D3ScheduleConfig, chunk_id: int, batch_ids: list[int
                                   f"{list(potential.batch_ids)}, not ({L},) for {list(batch_ids)}; stream order", base)
     t0 = time.perf_counter()
     excluded = set(int(b) for b in potential.excluded)
-    order, left_out = sort_by_potential(f, np.array([int(b) in excluded for b in batch_ids], dtype=bool))
     eta = float(potential.step_size)
+    order, left_out = sort_by_potential(f, np.array([int(b) in excluded for b in batch_ids], dtype=bool), eta)
     chosen = potential_forward_weight(f, order, eta, left_out)
     stream = potential_forward_weight(f, np.arange(L), eta, left_out)
     kept = f[~left_out]
