@@ -188,3 +188,13 @@ def test_an_old_key_in_a_file_says_where(tmp_path):
         load_config(RunConfig, path)
     assert str(err.value) == (f"{path}:4:3: schedule.influence_placement was replaced by "
                               f"schedule.placement: {{type: in_trainer|actors, ...}}")
+
+
+def test_config_help_names_both_placements(capsys):
+    from d3ray.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["config", "--help"])
+    assert done.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--schedule.placement.type=in_trainer" in out and "{type: actors, num_gpus: 0.25}" in out
