@@ -6,7 +6,7 @@ through a benchmark, say) fails on the next clean install; this check reads ever
 distribution that provides it, and requires that distribution among ``[project] dependencies``, or
 among an optional extra's (``[project.optional-dependencies]``, e.g. ``d3ray[wandb]``) when every
 import of it is guarded: inside a function, so that importing d3ray never needs the extra (the
-function's caller names the extra in a one-line error first, see ``d3ray/train/preflight.py``).
+function's caller names the extra in a one-line error first, see ``d3ray/run/preflight.py``).
 Then it imports every module of ``d3ray``, so that a module that cannot import at all is caught too.
 """
 

@@ -91,7 +91,7 @@ import sys
 from d3ray.cli import parse_args
 from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
-from d3ray.train.preflight import check_environment, cluster_problems
+from d3ray.run.preflight import check_environment, cluster_problems
 
 args = parse_args(["pretrain", *sys.argv[1:]])
 cfg = load_config(RunConfig, args.config, args.overrides)

@@ -32,7 +32,7 @@ import sys
 
 # Modules that contribute sub-commands, in help order. A module may register several.
 COMMAND_MODULES = (
-    "d3ray.train.command",
+    "d3ray.run.command",
     "d3ray.config_docs",
     "d3ray.schedule.command",
     "d3ray.tune.command",

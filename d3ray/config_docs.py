@@ -116,7 +116,7 @@ def register(subparsers: Any) -> None:
 def run_show(args: Any) -> int:
     from d3ray.config import RunConfig
     from d3ray.config_loading import load_config
-    from d3ray.train.command import FINETUNE_DEFAULTS
+    from d3ray.run.command import FINETUNE_DEFAULTS
 
     defaults = FINETUNE_DEFAULTS if args.finetune and not args.config else []
     print("\n".join(describe(load_config(RunConfig, args.config, [*defaults, *args.overrides]))))

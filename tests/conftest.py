@@ -56,7 +56,7 @@ def start_local_ray():
     tests of the session; a test that needs its own cluster shuts it down and the next one restarts it."""
     import ray
 
-    from d3ray.cluster import init_local_ray
+    from d3ray.run.cluster import init_local_ray
 
     if not ray.is_initialized():
         init_local_ray(num_cpus=4, log_to_driver=False)

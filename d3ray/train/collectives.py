@@ -2,7 +2,7 @@
 
 A collective runs on the backend registered for its tensor's device: gloo takes CPU tensors, NCCL takes
 CUDA tensors of the rank's own GPU, and a mixed backend (``"cpu:gloo,cuda:nccl"``, what the GPU runs
-use, see ``train/run.py``) takes either. A CPU tensor handed to an NCCL-only group fails at the first
+use, see ``d3ray/run/pretrain.py``) takes either. A CPU tensor handed to an NCCL-only group fails at the first
 collective (and a CUDA tensor handed to a gloo group fails just the same), so every tensor the trainers
 reduce is created on, or moved to, :func:`collective_device` of its group: the one rule, written once.
 """

@@ -11,7 +11,7 @@ the training function; d3ray does it in rank 0's ``RunLogs``, so every tracker r
 rows, with the same ``stage/name_unit`` keys, as ``metrics.jsonl``. Credentials, project, mode and
 tracking URI come from the trackers' own environment variables (``WANDB_MODE=offline``,
 ``WANDB_PROJECT``, ``WANDB_DIR``, ``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_NAME``, ...), which
-d3ray passes on to every Ray worker (``d3ray.cluster.passthrough_env``). Without ``WANDB_DIR`` the W&B
+d3ray passes on to every Ray worker (``d3ray.run.cluster.passthrough_env``). Without ``WANDB_DIR`` the W&B
 files go to the run directory; without ``MLFLOW_TRACKING_URI``, MLflow writes a file store in
 ``<run_dir>/mlruns`` (MLflow 3 keeps its file store behind ``MLFLOW_ALLOW_FILE_STORE``, which d3ray sets
 for a local store; a database or server URI is used as given).

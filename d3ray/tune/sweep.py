@@ -173,7 +173,7 @@ def run_sweep(sweep: SweepConfig, resume: bool | None = None) -> SweepOutcome:
     """
     import ray
 
-    from d3ray.cluster import start_ray, worker_env
+    from d3ray.run.cluster import start_ray, worker_env
 
     base, axes, configs = prepare(sweep)
     directory = sweep_dir(sweep)

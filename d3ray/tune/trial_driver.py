@@ -68,7 +68,7 @@ def train_driver(params: dict[str, Any], plan: TrialPlan) -> None:
     """
     import ray.tune
 
-    from d3ray.train.run import run_pretrain
+    from d3ray.run.pretrain import run_pretrain
 
     trial_id = ray.tune.get_context().get_trial_id()
     cfg = trial_run_config(plan.base, params, name=f"{plan.sweep_name}-{trial_id}", output_dir=plan.runs_dir)

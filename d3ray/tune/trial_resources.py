@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 import math
 
-from d3ray.cluster import gpu_shares, gpus_held
 from d3ray.config import RunConfig
 from d3ray.data.pipeline import stream_cpus
+from d3ray.run.cluster import gpu_shares, gpus_held
 from d3ray.schedule.config import resources_total
 
 logger = logging.getLogger(__name__)

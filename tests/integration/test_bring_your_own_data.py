@@ -38,8 +38,8 @@ def test_readme_bring_your_own_data_commands_run_and_a_three_format_corpus_train
         ray_cluster, tmp_path, monkeypatch, capsys) -> None:
     from d3ray.data import BadRecordLedger
     from d3ray.data.sft_sequences import iter_sft_sequences, read_sft_records
-    from d3ray.train.command import FINETUNE_DEFAULTS
-    from d3ray.train.prepare import prepare_data
+    from d3ray.run.command import FINETUNE_DEFAULTS
+    from d3ray.run.prepare import prepare_data
 
     scripts, commands = readme_section()
     assert len(scripts) == 1 and [c[0] for c in commands] == ["data", "pretrain", "finetune", "finetune"]

@@ -62,7 +62,7 @@ def test_cloud_storage_s3_data_and_checkpoints_kill_resume_trains_each_sample_on
     import boto3
     import fsspec
 
-    from d3ray.train.run import run_pretrain
+    from d3ray.run.pretrain import run_pretrain
 
     boto3.client("s3").create_bucket(Bucket=BUCKET)
     data_dir, tokenizer = make_corpus(tmp_path / "corpus", seed=3, train_docs=300, validation_docs=30,

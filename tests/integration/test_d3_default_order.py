@@ -38,7 +38,7 @@ def seeded_default_run(root: Path) -> dict:
         f"--train.steps={STEPS}", "--train.eval_every=0", "--eval.max_sequences_per_domain=2",
         f"--schedule.L={L}", "--schedule.deadline_s=3600",  # a fallback only from a failure, not a slow box
     ])
-    from d3ray.train.run import run_pretrain
+    from d3ray.run.pretrain import run_pretrain
 
     start_local_ray()
     run_pretrain(cfg)

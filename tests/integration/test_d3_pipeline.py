@@ -73,7 +73,7 @@ def produced_chunks(corpus, tmp_path_factory):
 
 
 def test_d3_staleness0_zero3_llama_with_bad_shard_and_nan_batch_completes_exactly_once(ray_cluster, corpus, produced_chunks, tmp_path):
-    from d3ray.train.run import run_pretrain
+    from d3ray.run.pretrain import run_pretrain
 
     # also the ZeRO-3 path: LLaMA weights gathered (16-bit) on every rank for the snapshots
     cfg = d3_config(corpus, tmp_path, "stale0", "--schedule.staleness=0",
@@ -136,7 +136,7 @@ def test_d3_influence_solver_and_trainer_failures_in_one_run_complete_exactly_on
     chunk 1 (with the default estimator the influence actor orders: ``ActorsPlacement.sorts_in_actor``), the
     influence actor while scoring chunk 2, and a trainer worker at step 14 (chunk 3), rolled back to its
     last checkpoint by Ray Train."""
-    from d3ray.train.run import run_pretrain
+    from d3ray.run.pretrain import run_pretrain
 
     cfg = d3_config(corpus, tmp_path, "faults", "--train.max_failures=1")
     write_plan(cfg.run_dir, FaultPlan(solver_exit_at_chunk=1, influence_exit_at_chunk=2, trainer_exit_at_step=14))
@@ -158,7 +158,7 @@ def test_d3_in_trainer_sharded_influence_survives_a_trainer_killed_while_scoring
     sketching chunk 3; Ray Train rolls both back to the checkpoint after chunk 0 and the run completes
     exactly once, every chunk ordered (no fallback), the masked batch excluded by the sharded path,
     and only the chunk's S (a few hundred bytes) shipped per chunk."""
-    from d3ray.train.run import run_pretrain
+    from d3ray.run.pretrain import run_pretrain
 
     cfg = d3_config(corpus, tmp_path, "in_trainer", "--schedule.placement={type: in_trainer}",
                     "--train.zero_stage=3", "--train.max_failures=1")

@@ -1,7 +1,7 @@
 """Placement on fake GPUs (#27): a local Ray cluster declared with 8 GPUs (Ray schedules GPUs as resources;
 no device is needed) places what d3ray asks for where it should.
 
-- trainer ranks: the ScalingConfig ``trainer_scaling_config`` builds (d3ray/train/run.py) for
+- trainer ranks: the ScalingConfig ``trainer_scaling_config`` builds (d3ray/run/pretrain.py) for
   ``gpus_per_worker=1, num_workers=2`` gives the 2 ranks 2 distinct GPU ids (fractional ranks: the sweep
   cases below place their bundles);
 - influence and scoring actors, started by the schedulers' own code (``D3Scheduler``, ``start_scorer``
@@ -11,7 +11,7 @@ no device is needed) places what d3ray asks for where it should.
 - sweep accounting (d3ray/tune/trial_resources.py): ``concurrent_trials`` against the cluster's
   ``ray.cluster_resources()`` equals the number of trials whose trainer ranks and scheduler actors
   Ray actually places at once (placement groups of each trial's bundles; one more stays pending);
-- the preflight (``check_cluster``, d3ray/train/preflight.py) reads the alive nodes' GPUs and refuses, in one
+- the preflight (``check_cluster``, d3ray/run/preflight.py) reads the alive nodes' GPUs and refuses, in one
   line, a run that asks for more.
 
 The cluster runs in a subprocess (this file run as a script): the test session shares one local Ray
@@ -65,7 +65,7 @@ def trainer_ranks(train_cfg, name: str, storage: str) -> list[dict]:
     import ray.train
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    from d3ray.train.run import trainer_scaling_config
+    from d3ray.run.pretrain import trainer_scaling_config
 
     report_dir = tempfile.mkdtemp(dir=storage)
     TorchTrainer(lambda: _rank_report(report_dir), torch_config=TorchConfig(backend="gloo"),
@@ -119,7 +119,7 @@ def placed_trials(cfg, driver_cpus: float, trials: int) -> int:
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    from d3ray.train.run import trainer_resources
+    from d3ray.run.pretrain import trainer_resources
     from d3ray.tune.trial_resources import trial_resources
 
     bundles = [trainer_resources(cfg.train)] * cfg.train.num_workers
@@ -208,7 +208,7 @@ def preflight_answers() -> dict:
     """``check_cluster`` against the alive nodes' 8 GPUs: 9 ranks of 1 GPU (refused in one line on a fixed
     cluster, a warning on one that can grow) and 8 ranks of 0.75 with a D3 influence actor of 0.25 (fits)."""
     from d3ray.errors import UserError
-    from d3ray.train.preflight import check_cluster
+    from d3ray.run.preflight import check_cluster
 
     nine = config("--train.num_workers=9", "--train.global_batch_size=9", "--train.micro_batch_size=1",
                   "--train.gpus_per_worker=1")
@@ -294,7 +294,7 @@ def test_sweep_concurrency_is_what_the_cluster_places(placement, case, expected)
 def test_gpus_held_and_concurrency_without_ray():
     """The same accounting on paper: fractions above 0.5 never share a GPU; smaller ones fill leftovers;
     a sweep takes the trial that fits least."""
-    from d3ray.cluster import gpus_held
+    from d3ray.run.cluster import gpus_held
     from d3ray.tune.trial_resources import concurrent_trials
 
     assert gpus_held([0.6, 0.6]) == 2 and gpus_held([0.75, 0.75, 0.25, 0.25]) == 2

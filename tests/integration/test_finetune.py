@@ -72,7 +72,7 @@ def test_finetune_killed_and_resumed_matches_the_uninterrupted_run(ray_cluster, 
                                                                    extra):
     from ray.train import WorkerGroupError
 
-    from d3ray.train.run import run_pretrain
+    from d3ray.run.pretrain import run_pretrain
 
     if variant == "lora":
         extra = [*extra, f"--model.pretrained_path={lora_base}"]

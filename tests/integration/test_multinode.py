@@ -28,7 +28,7 @@ def test_multinode_actors_follow_resources_and_node_loss_keeps_exactly_once(tmp_
     import ray
     from ray.cluster_utils import Cluster
 
-    from d3ray.train.run import run_pretrain
+    from d3ray.run.pretrain import run_pretrain
 
     _, tokenizer = make_corpus(tmp_path, seed=3, train_docs=300, validation_docs=70, train_shards=2)
 

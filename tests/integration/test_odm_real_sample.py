@@ -25,7 +25,7 @@ CONFIG = REPO / "jobs" / "configs" / "redpajama_sample.yaml"
 
 def test_odm_real_sample_feedback_reaches_the_mixer_and_the_mixture_leaves_uniform_in_the_first_tenth(
         ray_cluster, tmp_path) -> None:
-    from d3ray.train.run import run_pretrain
+    from d3ray.run.pretrain import run_pretrain
 
     sample = shared_data("redpajama_sample", "slimpajama_format")
     shipped = load_config(RunConfig, CONFIG)

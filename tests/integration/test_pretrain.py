@@ -57,11 +57,11 @@ def trained_samples(run_dir):
 def test_pretrain_zero2_two_workers_loss_falls_and_kill_resume_matches(ray_cluster, corpus, tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    from d3ray.train.run import run_pretrain
+    from d3ray.run.pretrain import run_pretrain
 
     # 1. uninterrupted reference run, also reported to W&B (offline) and MLflow (a file store): the trackers'
     # variables are set in this driver only, after the shared Ray instance started, so the rank-0 worker
-    # sees them only through d3ray's pass-through (d3ray/cluster.py: worker_env)
+    # sees them only through d3ray's pass-through (d3ray/run/cluster.py: worker_env)
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb_dir"))

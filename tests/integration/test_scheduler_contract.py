@@ -136,7 +136,7 @@ def run_config(corpus, out, name: str, scheduler: str, extra: list[str]) -> RunC
 @pytest.mark.parametrize("name", SHORT_RUNS)
 def test_scheduler_contract_short_run_completes_logs_and_accounts_for_every_sample(
         ray_cluster, corpus, mix_inputs, tmp_path, name) -> None:
-    from d3ray.train.run import run_pretrain
+    from d3ray.run.pretrain import run_pretrain
 
     drill = ["--train.max_failures=1", "--train.checkpoint_every_chunks=1"] if mixes(name) else []
     cfg = run_config(corpus, tmp_path, f"contract-{name}", name, [*knobs(name, mix_inputs), *drill])
@@ -195,9 +195,9 @@ def feedback_of(chunk) -> ChunkFeedback:
 @pytest.fixture(scope="module")
 def sft_run(tmp_path_factory):
     """The generated skill suite (small), its tokenizer and per-task held-out sets, prepared once as
-    ``d3ray finetune`` prepares them (d3ray/train/prepare.py)."""
+    ``d3ray finetune`` prepares them (d3ray/run/prepare.py)."""
     from d3ray.data.skills import write_sft_suite
-    from d3ray.train.prepare import load_eval_sets, prepare_data
+    from d3ray.run.prepare import load_eval_sets, prepare_data
 
     root = tmp_path_factory.mktemp("sft_contract")
     suite = write_sft_suite(root / "suite", seed=2, train_per_skill=40, test_per_skill=4)

@@ -5,7 +5,7 @@ import pytest
 from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
 from d3ray.lab.bench.finetune import plain_torch_reference
-from d3ray.train.command import FINETUNE_DEFAULTS
+from d3ray.run.command import FINETUNE_DEFAULTS
 
 
 def test_plain_torch_reference_times_the_full_model_and_its_lora_adapters(tmp_path):

@@ -28,7 +28,7 @@ def corpus(tmp_path_factory):
 
 
 def test_census_random_run_own_order_reproduces_next_checkpoint_and_rerun_skips(ray_cluster, corpus, tmp_path, capsys):
-    from d3ray.train.run import run_pretrain
+    from d3ray.run.pretrain import run_pretrain
 
     data_dir, tokenizer = corpus
     cfg = load_config(RunConfig, None, [
@@ -130,7 +130,7 @@ def test_census_of_a_zero_run_restores_its_shards_and_reproduces_its_next_checkp
     the census merges every rank's shards into its one-rank engine, and the branch in stream order reproduces the
     run's next checkpoint at float32 tolerance (weights and AdamW moments restored: without the moments the same
     branch drifts by 4e-3). A checkpoint missing a rank's optimizer shard stops the census before any training."""
-    from d3ray.train.run import run_pretrain
+    from d3ray.run.pretrain import run_pretrain
 
     data_dir, tokenizer = corpus
     cfg = load_config(RunConfig, None, [

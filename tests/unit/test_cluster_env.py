@@ -1,4 +1,4 @@
-"""What every Ray worker's environment holds (d3ray/cluster.py): the driver's Hugging Face, tracker, NCCL and
+"""What every Ray worker's environment holds (d3ray/run/cluster.py): the driver's Hugging Face, tracker, NCCL and
 AWS variables pass through, ``ray.env_vars`` adds to them and wins, and a submitted job's own runtime-env
 variables are not named again (Ray refuses a driver runtime_env that repeats one); and how many tokenizers
 ``data.tokenize_actors=0`` gives on a node."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from d3ray.cluster import job_env_vars, passthrough_env, worker_env
 from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
+from d3ray.run.cluster import job_env_vars, passthrough_env, worker_env
 
 DRIVER = {"HF_HOME": "/models/hf", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "offline",
           "MLFLOW_TRACKING_URI": "file:/tmp/ml", "NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "eth0",
@@ -44,8 +44,8 @@ def test_cluster_job_env_vars_drops_the_submitted_jobs_own_variables():
 def test_tokenizers_sized_to_the_cpus_the_trainers_and_scheduler_leave():
     """``data.tokenize_actors=0`` on a 16-CPU GPU node: 2 trainers of 2 CPUs and D3's influence and solver
     actors reserve theirs; each tokenizer takes ``tokenize_cpus`` of the rest."""
-    from d3ray.cluster import size_tokenizers
     from d3ray.data.config import AUTO_TOKENIZE_MAX, auto_tokenize_actors
+    from d3ray.run.cluster import size_tokenizers
     from d3ray.schedule.config import resources_total
 
     cfg = load_config(RunConfig, None, ["--data.tokenize_actors=0", "--train.num_workers=2", "--train.cpus_per_worker=2",

@@ -13,8 +13,8 @@ from d3ray.config import RunConfig
 from d3ray.config_docs import field_docs, first_sentence
 from d3ray.config_loading import from_dict, load_config, to_dict
 from d3ray.registry import ChoiceConfig
+from d3ray.run.command import CONFIG_SECTIONS
 from d3ray.schedule.config import ScheduleConfig
-from d3ray.train.command import CONFIG_SECTIONS
 
 
 def test_field_docs_reads_the_string_under_each_field_including_inherited_ones():

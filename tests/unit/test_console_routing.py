@@ -7,9 +7,9 @@ from __future__ import annotations
 import logging
 import os
 
-from d3ray.cluster import worker_env
 from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
+from d3ray.run.cluster import worker_env
 from d3ray.run_files import stderr_to_file, stdout_to_log
 
 

@@ -11,8 +11,8 @@ import typing
 from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
 from d3ray.registry import ChoiceConfig
+from d3ray.run.preflight import cluster_problems, environment_problems
 from d3ray.schedule.config import ScheduleConfig
-from d3ray.train.preflight import cluster_problems, environment_problems
 from tests.conftest import REPO
 
 GPU_CONFIG = REPO / "jobs" / "configs" / "sft_qwen_lora_gpu.yaml"

@@ -3,10 +3,10 @@ go down the layers the package's folders show (a module imports from its own lay
 higher one), as Ray's ``test_circular_imports.py`` guards Ray's, and a product that never imports the lab.
 
 Two parts, one door. The product, lowest first: the foundation (the root modules) → data and solvers →
-model → influence → schedule → evaluation, export → train → plots, sweeps → each stage's command. The
-lab (``d3ray/lab/``: compare, census, bench) sits above the whole product: it runs and reads the product,
-and no product module imports it, not even lazily inside a function (:func:`product_to_lab_report`, which
-has no exceptions list). The front door (``d3ray.cli``, ``d3ray.__main__``) sits above both and loads
+model → influence → schedule → evaluation, export → train (the worker) → run (the driver) → plots, sweeps →
+each stage's command. The lab (``d3ray/lab/``: compare, census, bench) sits above the whole product: it runs
+and reads the product, and no product module imports it, not even lazily inside a function
+(:func:`product_to_lab_report`, which has no exceptions list). The front door (``d3ray.cli``, ``d3ray.__main__``) sits above both and loads
 every command, the lab's too, by name.
 
 The graph is read from the source (``ast``), without importing anything: every ``import d3ray...`` and
@@ -43,7 +43,7 @@ LAB = "d3ray.lab"
 FRONT_DOOR = ["d3ray.cli", "d3ray.__main__"]
 #: Each product stage's command-line wiring (``command.py``), above the stages.
 STAGE_COMMANDS = ["d3ray.data.command", "d3ray.eval.command", "d3ray.export.command", "d3ray.plot.command",
-                  "d3ray.schedule.command", "d3ray.solver.command", "d3ray.train.command", "d3ray.tune.command",
+                  "d3ray.schedule.command", "d3ray.solver.command", "d3ray.run.command", "d3ray.tune.command",
                   "d3ray.doctor"]
 LAYERS: list[tuple[str, list[str]]] = [
     # errors, the config loader and the registry every stage's config uses, run-directory files, fault drills,
@@ -63,8 +63,10 @@ LAYERS: list[tuple[str, list[str]]] = [
     # checkpoint -> Hugging Face directory (data, LoRA and the run files only; the driver hands it to the
     # mixers' pre-runs, DoReMi's reference)
     ("export", ["d3ray.export"]),
-    # the run: RunConfig composes the stage configs; cluster env; Ray Train + DeepSpeed trainers, driver
-    ("train", ["d3ray.config", "d3ray.cluster", "d3ray.train"]),
+    # the run config (RunConfig composes the stage configs) and the worker: Ray Train + DeepSpeed trainers
+    ("train", ["d3ray.config", "d3ray.train"]),
+    # the driver: prepare, preflight, cluster env, the coordinator and the fit (it imports the worker)
+    ("run", ["d3ray.run"]),
     # after a run: run-directory plots
     ("after the run", ["d3ray.plot"]),
     # Ray Tune sweeps over whole runs

@@ -22,7 +22,7 @@ import yaml
 from d3ray.cli import parse_args
 from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
-from d3ray.train.preflight import cluster_problems
+from d3ray.run.preflight import cluster_problems
 from tests.conftest import REPO
 from tests.lockfile import locked_versions
 

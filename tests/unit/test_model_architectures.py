@@ -23,7 +23,7 @@ from d3ray.errors import UserError
 from d3ray.lm_loss import sequence_losses, step_loss
 from d3ray.model import ModelConfig, build_model, model_config_dict
 from d3ray.model.lora import LoraConfig
-from d3ray.train.prepare import prepare_data
+from d3ray.run.prepare import prepare_data
 
 SMALL = {"bos_token_id": 0, "eos_token_id": 0, "num_hidden_layers": 2, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
          "num_key_value_heads": 2, "max_position_embeddings": 64}

@@ -1,4 +1,4 @@
-"""Preflight (d3ray/train/preflight.py) and the GPU rules of TrainConfig: a run that cannot work where it is
+"""Preflight (d3ray/run/preflight.py) and the GPU rules of TrainConfig: a run that cannot work where it is
 started stops with one line naming the field and the fix; the cluster guide's (docs/deployment.md) command loads and fits
 cluster.yaml's GPUs."""
 
@@ -14,7 +14,7 @@ from d3ray.cli import parse_args
 from d3ray.config import RunConfig
 from d3ray.config_loading import ConfigError, load_config
 from d3ray.errors import UserError
-from d3ray.train.preflight import check_environment, cluster_problems, environment_problems, storage_problem
+from d3ray.run.preflight import check_environment, cluster_problems, environment_problems, storage_problem
 from tests.conftest import REPO
 
 

@@ -1,4 +1,4 @@
-"""The run's schedule summary (d3ray/train/run.py ``schedule_summary``, ``print_summary``) from a schedule log:
+"""The run's schedule summary (d3ray/run/pretrain.py ``schedule_summary``, ``print_summary``) from a schedule log:
 what decided the chunks and the predicted loss change of the chosen orders, summed over the decided chunks,
 in place of the S-cost reduction that a sort makes 100% by construction (issue 47.2)."""
 
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from d3ray.train.run import print_summary, schedule_summary
+from d3ray.run.summary import print_summary, schedule_summary
 
 
 def _log(tmp_path, rows):

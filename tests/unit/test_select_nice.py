@@ -95,8 +95,8 @@ def suite_setup(tmp_path_factory):
     from d3ray.data.skills import generate_suite, write_sft_suite
     from d3ray.data.tokenizer import load_tokenizer, train_tokenizer_from_texts
     from d3ray.model import ModelConfig, build_model, model_config_dict
+    from d3ray.run.prepare import sft_eval_sets
     from d3ray.schedule.scoring import ScoringWorker
-    from d3ray.train.prepare import sft_eval_sets
 
     root = tmp_path_factory.mktemp("nice")
     suite = write_sft_suite(root / "suite", seed=2, train_per_skill=14, test_per_skill=7)

@@ -209,10 +209,10 @@ def test_a_mixers_pre_runs_train_and_evaluate_on_the_main_runs_sft_files(tmp_pat
     """DoReMi's reference run and RegMix's proxies (run directories of their own) get the main run's
     resolved SFT files, held-out files, eval tasks and tokenizer, not a suite of their own."""
     from d3ray.data.skills import write_sft_suite
+    from d3ray.run.prepare import prepare_data
+    from d3ray.run.pretrain import pre_run_context
     from d3ray.schedule.mix.domains import resolve_mix_domains
     from d3ray.schedule.mix.prerun import sub_run_config
-    from d3ray.train.prepare import prepare_data
-    from d3ray.train.run import pre_run_context
 
     cfg = load_config(RunConfig, None, [
         "--name=main", f"--output_dir={tmp_path}", "--sft={seq_len: 48}", "--eval.tasks=sft={suite}/test",

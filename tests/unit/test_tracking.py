@@ -13,8 +13,8 @@ import pytest
 
 from d3ray.config import RunConfig
 from d3ray.config_loading import ConfigError, load_config
+from d3ray.run.preflight import check_environment, environment_problems
 from d3ray.train.metrics import RunLogs
-from d3ray.train.preflight import check_environment, environment_problems
 
 ROWS = [
     {"step": 1, "chunk_id": 0, "train/loss": 2.5, "train/lr": 0.1, "train/grad_norm": None},

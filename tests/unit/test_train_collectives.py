@@ -13,7 +13,7 @@ from d3ray.train.collectives import all_reduce_sum, backend_device, collective_d
 @pytest.mark.parametrize(
     ("backend", "accelerator", "expected"),
     [
-        ("cpu:gloo,cuda:nccl", True, "cuda"),  # the GPU runs' backend (train/run.py): reduce where the tensors are
+        ("cpu:gloo,cuda:nccl", True, "cuda"),  # the GPU runs' backend (run/pretrain.py): reduce where the tensors are
         ("cpu:gloo,cuda:nccl", False, "cpu"),
         ("cuda:nccl,cpu:gloo", True, "cuda"),
         ("nccl", True, "cuda"),

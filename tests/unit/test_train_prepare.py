@@ -10,7 +10,7 @@ from d3ray.config import RunConfig
 from d3ray.data.config import DataConfig, TokenizerConfig
 from d3ray.data.sft import SftDataConfig
 from d3ray.errors import UserError
-from d3ray.train.prepare import prepare_data
+from d3ray.run.prepare import prepare_data
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:

@@ -306,7 +306,7 @@ def time_snapshot(parts: list[dict[str, np.ndarray]], repeats: int) -> SnapshotT
     """Least put and get seconds of ``parts`` on a local Ray started here (and shut down after)."""
     import ray
 
-    from d3ray.cluster import init_local_ray
+    from d3ray.run.cluster import init_local_ray
 
     owns = not ray.is_initialized()
     if owns:

@@ -33,11 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from d3ray.cluster import start_ray, worker_env
     from d3ray.config import RunConfig
     from d3ray.config_loading import load_config
     from d3ray.lab.bench.pipeline import _summarise
-    from d3ray.train.defaults import FINETUNE_DEFAULTS
+    from d3ray.run.cluster import start_ray, worker_env
+    from d3ray.run.defaults import FINETUNE_DEFAULTS
 
     steps, preset = (8, "gpt2-tiny") if args.quick else (args.steps, args.preset)
     work = Path(args.work_dir).resolve()
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     owns_ray = start_ray(configs["full"].ray, worker_env(configs["full"]))
     results = {}
     try:
-        from d3ray.train.run import run_pretrain
+        from d3ray.run.pretrain import run_pretrain
 
         for label, cfg in configs.items():
             print(f"== {label}: {steps} steps, {preset}", flush=True)

@@ -270,9 +270,9 @@ def repeat_order(repeats: int) -> list[tuple[int, bool]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from d3ray.cluster import start_ray, worker_env
     from d3ray.config_loading import to_dict
     from d3ray.lab.bench.cpu_share import CpuShare
+    from d3ray.run.cluster import start_ray, worker_env
 
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 2)
     if repeats < 1:
@@ -287,7 +287,7 @@ def run(args: argparse.Namespace) -> int:
     per_run: dict[str, list[dict[str, Any]]] = {base_label: [], label: []}
     owns_ray = start_ray(sched_cfg.ray, worker_env(sched_cfg))  # one Ray instance for every run
     try:
-        from d3ray.train.run import run_pretrain
+        from d3ray.run.pretrain import run_pretrain
 
         for i, sched_first in repeat_order(repeats):
             runs = [(base_label, pairs[i][0]), (label, pairs[i][1])]

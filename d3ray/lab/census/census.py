@@ -359,12 +359,12 @@ def run_census(options: CensusOptions) -> dict[str, Any]:
     """Check, branch every (checkpoint, chunk, order) not on disk yet, and write the report."""
     import ray
 
-    from d3ray.cluster import start_ray, worker_env
     from d3ray.lab.census.pool import WorkerPool, describe_error
     from d3ray.lab.census.worker import BranchTask, CensusWorker, ChunkData
     from d3ray.model import model_config_dict
+    from d3ray.run.cluster import start_ray, worker_env
+    from d3ray.run.prepare import load_eval_sets, prepare_data
     from d3ray.schedule.order.d3 import ActorsPlacement, D3ScheduleConfig
-    from d3ray.train.prepare import load_eval_sets, prepare_data
 
     info = load_run(options.run_dir)
     Ks = check_inputs(info, options)

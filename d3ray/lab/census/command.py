@@ -102,7 +102,7 @@ def run_dir_of(args: argparse.Namespace) -> Path:
         check_trunk_checkpoints(cfg, args.checkpoints)
         print(f"census: training the run {cfg.run_dir} first ({cfg.train.steps} steps, {cfg.schedule.type_name}; "
               "a rerun resumes it)", flush=True)
-        from d3ray.train.run import run_pretrain
+        from d3ray.run.pretrain import run_pretrain
 
         run_pretrain(cfg)
     return cfg.run_dir

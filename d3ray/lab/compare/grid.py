@@ -172,7 +172,7 @@ def ensure_shared_tokenizer(plan: ComparePlan) -> None:
 def _execute(plan: ComparePlan, todo: list[RunSpec]) -> list[RunOutcome]:
     import ray
 
-    from d3ray.cluster import start_ray, worker_env
+    from d3ray.run.cluster import start_ray, worker_env
 
     owns_ray = start_ray(plan.compare.ray, worker_env(plan.base))
     try:
@@ -238,7 +238,7 @@ def derive_concurrency(plan: ComparePlan, todo: list[RunSpec]) -> int:
 
 def execute_run(cfg: RunConfig, init_from: str | None = None) -> dict[str, Any]:
     """One run of the grid (in this process or a Ray task): ``run_pretrain``, from ``init_from`` if set."""
-    from d3ray.train.run import run_pretrain
+    from d3ray.run.pretrain import run_pretrain
 
     if init_from is not None:
         from d3ray.export.start import start_from

@@ -94,7 +94,7 @@ class ComparePlan:
 
 def base_run_config(cfg: CompareConfig) -> RunConfig:
     """The base RunConfig: the mode's default (or ``base_config``) plus the top-level ``set``."""
-    from d3ray.train.defaults import FINETUNE_DEFAULTS
+    from d3ray.run.defaults import FINETUNE_DEFAULTS
 
     defaults = FINETUNE_DEFAULTS if cfg.mode == "finetune" and cfg.base_config is None else []
     base = load_config(RunConfig, cfg.base_config, defaults)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from d3ray.train.defaults import FINETUNE_DEFAULTS
+from d3ray.run.defaults import FINETUNE_DEFAULTS
 
 #: The config sections ``--help`` lists (kept equal to RunConfig's sections by a test).
 CONFIG_SECTIONS = {
@@ -55,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_pretrain_command(args: argparse.Namespace) -> int:
     from d3ray.config import RunConfig
     from d3ray.config_loading import load_config
-    from d3ray.train.run import run_pretrain
+    from d3ray.run.pretrain import run_pretrain
 
     final = run_pretrain(load_config(RunConfig, args.config, args.overrides))
     print_final_checkpoint(final)
@@ -69,7 +69,7 @@ def run_finetune_command(args: argparse.Namespace) -> int:
     from d3ray.config_loading import load_config
     from d3ray.errors import UserError
     from d3ray.export.start import start_from
-    from d3ray.train.run import run_pretrain
+    from d3ray.run.pretrain import run_pretrain
 
     defaults = [] if args.config else FINETUNE_DEFAULTS
     cfg = load_config(RunConfig, args.config, [*defaults, *args.overrides])

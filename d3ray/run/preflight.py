@@ -132,7 +132,7 @@ def gpu_demand(cfg: Any) -> tuple[float, float, float]:
     actors), the whole GPUs its processes occupy as Ray places them (each rank on a GPU of its own: Ray
     packs fractions of at most 0.5 onto one GPU, refused by TrainConfig; a share above 0.5 leaves the rest
     of its GPU to smaller shares only), and one trainer's share (it must fit on one node)."""
-    from d3ray.cluster import gpu_shares, gpus_held
+    from d3ray.run.cluster import gpu_shares, gpus_held
     from d3ray.schedule.config import resources_total
 
     t = cfg.train

@@ -18,7 +18,7 @@ from d3ray.data.config import DataConfig, auto_tokenize_actors
 
 logger = logging.getLogger(__name__)
 
-RAY_DATA_LOGGING = Path(__file__).with_name("ray_data_logging.yaml")
+RAY_DATA_LOGGING = Path(__file__).resolve().parents[1] / "ray_data_logging.yaml"  # package data of d3ray/
 
 
 #: Driver environment variables that every Ray worker and actor gets as well, by prefix: Hugging Face
