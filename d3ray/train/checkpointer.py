@@ -122,7 +122,8 @@ class Checkpointer:
         wait, self.carried_wait = self.carried_wait, 0.0
         return wait
 
-    def save_if_due(self, state: TrainState, next_ref: Any, metrics: dict[str, Any], last_eval: dict[str, float]) -> None:
+    def save_if_due(self, state: TrainState, next_ref: Any, metrics: dict[str, Any],
+                    last_eval: dict[str, float]) -> None:
         """Save a checkpoint if :meth:`chunk_ended` found one due (a collective: every rank saves its part).
 
         Args:

@@ -14,13 +14,15 @@ logger = logging.getLogger(__name__)
 __all__ = ["start_trainer_rank"]
 
 
-def start_trainer_rank(cfg: RunConfig, model_config: dict[str, Any], rank: int, world: int) -> tuple[TrainerRank, Any]:
+def start_trainer_rank(cfg: RunConfig, model_config: dict[str, Any], rank: int,
+                       world: int) -> tuple[TrainerRank, Any]:
     """Join the trainers' process group and build this rank's engine (every rank calls, in step).
 
-    The model is built from ``model_config`` (the transformers config the driver resolved) and ``cfg.model`` under the run's seed (ZeRO-3: partitioned as it is built,
-    ``zero.Init``), with activation checkpointing if asked, and handed to ``deepspeed.initialize`` with the
-    DeepSpeed config and LR schedule of ``cfg.train``; the engine is left in train mode (``from_pretrained``
-    returns a model in eval mode: the model's own dropout trains).
+    The model is built from ``model_config`` (the transformers config the driver resolved) and ``cfg.model``
+    under the run's seed (ZeRO-3: partitioned as it is built, ``zero.Init``), with activation checkpointing
+    if asked, and handed to ``deepspeed.initialize`` with the DeepSpeed config and LR schedule of
+    ``cfg.train``; the engine is left in train mode (``from_pretrained`` returns a model in eval mode: the
+    model's own dropout trains).
 
     Returns:
         (the rank as a :class:`TrainerRank`, the torch device its steps run on).

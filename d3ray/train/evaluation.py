@@ -15,21 +15,21 @@ import torch
 from d3ray.data.labels import lm_labels
 from d3ray.lm_loss import sequence_losses
 from d3ray.train.collectives import all_reduce_sum
+from d3ray.train.trainer_rank import TrainerRank
 
 
 @torch.no_grad()
 def evaluate(
-    engine,
+    trainer: TrainerRank,
     eval_sets: dict[str, Any],
-    rank: int,
-    world: int,
     micro_batch_size: int,
     device: torch.device,
 ) -> dict[str, float]:
     """Token-weighted mean loss and perplexity per eval set.
 
     Args:
-        engine: the DeepSpeed engine (or any causal LM module returning ``.logits``).
+        trainer: this rank: its DeepSpeed engine (or any causal LM module returning ``.logits``) scores
+            the rows ``rank, rank + world, ...`` of each set.
         eval_sets: name → (n, T) int token ids (every token scored), or ``{input_ids, n_tokens,
             loss_mask}`` (SFT: only the response tokens scored).
     Returns:
@@ -40,6 +40,7 @@ def evaluate(
         sampling unit, so (delta method) se² = Σ (s_i − x·n_i)² / (N (N − 1) n̄²); NaN for N < 2.
         The sets are independent: se of the mean over D sets is √(Σ se²) / D.
     """
+    engine, rank, world = trainer.engine, trainer.rank, trainer.world
     was_training = engine.training
     engine.eval()
     out: dict[str, float] = {}

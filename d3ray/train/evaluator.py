@@ -84,8 +84,7 @@ class Evaluator:
         if not self.eval_sets and not self.tasks:
             return {}
         trainer = self.trainer
-        result = (evaluate(trainer.engine, self.eval_sets, trainer.rank, trainer.world, self.micro_batch_size,
-                           self.device) if self.eval_sets else {})
+        result = evaluate(trainer, self.eval_sets, self.micro_batch_size, self.device) if self.eval_sets else {}
         if self.tasks:
             result.update(harness_metrics(trainer, self.tasks, self.tokenizer_dir))
         if self.logs is not None:

@@ -150,8 +150,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
         raise RuntimeError(f"expected {tcfg.num_workers} workers, Ray Train started {world}")
     trainer, device = start_trainer_rank(cfg, spec.model_config, rank, world)
     engine = trainer.engine
-    trainer_side = TrainerSide(spec.requests, engine, rank, world, coordinator, tcfg.zero_stage, tcfg.steps,
-                               cfg.run_dir)
+    trainer_side = TrainerSide(spec.requests, trainer, coordinator, tcfg.steps, cfg.run_dir)
     base_model = lora_base_model(cfg.model)
 
     # ---- restore: engine, RNG, data cursor, schedule state ---------------------------------------------

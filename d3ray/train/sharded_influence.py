@@ -64,6 +64,7 @@ from d3ray.influence.optimizer import AdamWState
 from d3ray.influence.shards import Shards
 from d3ray.influence.statistics import IGNORE_INDEX, BatchStatistics
 from d3ray.train.collectives import all_reduce_sum, collective_device
+from d3ray.train.trainer_rank import TrainerRank
 
 logger = logging.getLogger(__name__)
 
@@ -128,9 +129,8 @@ class ShardedScorer:
     :meth:`score` with the same batches, in the same order.
 
     Args:
-        engine: the rank's DeepSpeed engine (ZeRO-3).
+        trainer: this rank (its DeepSpeed engine: ZeRO-3).
         config: the run's InfluenceConfig (same on every rank).
-        rank, world: this rank and the number of trainer ranks.
         keep_means: how many chunks' mean directions to keep. 2 covers a resume: a rank restored from
             a checkpoint re-sketches at most the last chunk it had sketched, whose reference is the
             chunk before.
@@ -144,10 +144,11 @@ class ShardedScorer:
             or a ``param_filter`` that matches nothing.
     """
 
-    def __init__(self, engine: Any, config: InfluenceConfig, rank: int, world: int, keep_means: int = 2,
+    def __init__(self, trainer: TrainerRank, config: InfluenceConfig, keep_means: int = 2,
                  run_dir: str | None = None, bucket_numel: int = 1 << 22) -> None:
         config.check_shardable()
-        self.engine, self.config, self.rank, self.world = engine, config, rank, world
+        engine, rank = trainer.engine, trainer.rank
+        self.engine, self.config, self.rank, self.world = engine, config, rank, trainer.world
         self.keep_means = max(1, keep_means)
         self.bucket_numel = bucket_numel
         self.run_dir = run_dir

@@ -34,6 +34,7 @@ import torch
 from d3ray.influence.optimizer import AdamWState
 from d3ray.influence.snapshot import PackedState
 from d3ray.schedule.scheduler import SNAPSHOT_DTYPES
+from d3ray.train.trainer_rank import TrainerRank
 
 logger = logging.getLogger(__name__)
 
@@ -91,13 +92,15 @@ def snapshot_nbytes(parts: Iterable[Any]) -> int:
     return total
 
 
-def snapshot_weights(engine: Any, zero_stage: int, rank: int, dtype: str) -> PackedState | None:
-    """The state dict in the snapshot ``dtype`` on rank 0 (None elsewhere); a collective under ZeRO-3."""
-    if zero_stage == 3:
+def snapshot_weights(trainer: TrainerRank, dtype: str) -> PackedState | None:
+    """The state dict of ``trainer``'s engine in the snapshot ``dtype`` on rank 0 (None elsewhere); a
+    collective under ZeRO-3."""
+    engine = trainer.engine
+    if trainer.zero_stage == 3:
         state = engine._zero3_consolidated_16bit_state_dict()
     else:
-        state = engine.module.state_dict() if rank == 0 else None
-    if rank != 0:
+        state = engine.module.state_dict() if trainer.is_rank0 else None
+    if not trainer.is_rank0:
         return None
     return ship_state(state, dtype)
 
@@ -267,9 +270,9 @@ def _optimizer_moments(engine: Any, zero_stage: int, named: list[tuple[str, Any]
         yield name, p, _parameter_state(base, masters, zero_stage, p, name)
 
 
-def full_optimizer_state(engine: Any, zero_stage: int) -> AdamWState:
-    """The AdamW state of a DeepSpeed engine (ZeRO 0-2) by parameter name, m and v float32 and whole, on
-    every rank: what in-trainer scoring needs (``d3ray/train/trainer_potential.py``). Every rank must call
+def full_optimizer_state(trainer: TrainerRank) -> AdamWState:
+    """The AdamW state of ``trainer``'s DeepSpeed engine (ZeRO 0-2) by parameter name, m and v float32
+    and whole, on every rank: what in-trainer scoring needs (``d3ray/train/trainer_potential.py``). Every rank must call
     it (the same all-reduces as :func:`snapshot_optimizer_state`, whose result every rank holds anyway).
     The tensors may be the optimizer's own: read them before the next step.
 
@@ -277,6 +280,7 @@ def full_optimizer_state(engine: Any, zero_stage: int) -> AdamWState:
         ValueError: ZeRO-3 (no rank holds whole parameters), or the state is not Adam-like or does not
             match the parameters' names and shapes.
     """
+    engine, zero_stage = trainer.engine, trainer.zero_stage
     if zero_stage == 3:
         raise ValueError("full_optimizer_state: under ZeRO-3 no rank holds whole parameters (score on the shards)")
     base = base_optimizer(engine)
@@ -295,9 +299,9 @@ def full_optimizer_state(engine: Any, zero_stage: int) -> AdamWState:
     return state
 
 
-def snapshot_optimizer_state(engine: Any, zero_stage: int, rank: int, dtype: str) -> AdamWState | None:
-    """The AdamW state of a DeepSpeed engine (ZeRO 0-3) by parameter name, m and v in the snapshot
-    ``dtype``, on rank 0 (None elsewhere).
+def snapshot_optimizer_state(trainer: TrainerRank, dtype: str) -> AdamWState | None:
+    """The AdamW state of ``trainer``'s DeepSpeed engine (ZeRO 0-3) by parameter name, m and v in the
+    snapshot ``dtype``, on rank 0 (None elsewhere).
 
     Every rank must call it (ZeRO 1-3 gather the state with all-reduces: ZeRO-1/2 a bucket of parameters
     at a time, ZeRO-3 one parameter at a time).
@@ -306,6 +310,7 @@ def snapshot_optimizer_state(engine: Any, zero_stage: int, rank: int, dtype: str
         ValueError: the optimizer is not Adam-like (no ``exp_avg_sq``), or the state does not match
             the parameters' names and shapes.
     """
+    engine, zero_stage, rank = trainer.engine, trainer.zero_stage, trainer.rank
     base = base_optimizer(engine)
     named = _named_trainable(engine)
     hyper = adamw_hyperparameters(engine)

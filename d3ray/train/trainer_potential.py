@@ -43,6 +43,7 @@ from d3ray.influence.influence import BatchSketches
 from d3ray.influence.statistics import Params
 from d3ray.influence.worker import causal_logits, sampled_objective, takes_logits_to_keep
 from d3ray.train.collectives import all_reduce_sum
+from d3ray.train.trainer_rank import TrainerRank
 
 __all__ = ["TrainerPotential"]
 
@@ -52,26 +53,24 @@ class TrainerPotential:
     rank calls :meth:`score` with the same batches, in the same order.
 
     Args:
-        engine: the rank's DeepSpeed engine (ZeRO 0-2).
+        trainer: this rank (its DeepSpeed engine, ZeRO 0-2; the ZeRO stage says how the optimizer state
+            is assembled).
         config: the run's InfluenceConfig (same on every rank); ``potential_alone`` must hold.
-        rank, world: this rank and the number of trainer ranks.
-        zero_stage: ``train.zero_stage`` (how the optimizer state is assembled).
         run_dir: the run directory, or None (the ``sketch_batch`` fault drill acts through ``faults.inject``).
 
     Raises:
         ValueError: ZeRO-3, a config that is not the potential alone, or a ``param_filter`` that matches nothing.
     """
 
-    def __init__(self, engine: Any, config: InfluenceConfig, rank: int, world: int, zero_stage: int,
-                 run_dir: str | None = None) -> None:
-        if zero_stage == 3:
+    def __init__(self, trainer: TrainerRank, config: InfluenceConfig, run_dir: str | None = None) -> None:
+        if trainer.zero_stage == 3:
             raise ValueError("TrainerPotential needs whole parameters on every rank (ZeRO 0-2); ZeRO-3 scores "
                              "on the shards (sharded_influence.ShardedScorer)")
         if not config.potential_alone:
             raise ValueError(f"TrainerPotential computes the drift potential alone, not {config.estimator.describe()}")
-        self.engine, self.config, self.rank, self.world, self.zero_stage = engine, config, rank, world, zero_stage
-        self.run_dir = run_dir
-        self.module = engine.module
+        self.trainer, self.config, self.run_dir = trainer, config, run_dir
+        self.rank, self.world = trainer.rank, trainer.world
+        self.module = trainer.engine.module
         trainable = [n for n, p in self.module.named_parameters() if p.requires_grad]
         self.names = parameter_names(trainable, config.param_filter)
         if not self.names:
@@ -90,7 +89,7 @@ class TrainerPotential:
         from d3ray.train.snapshot import full_optimizer_state
 
         start = time.perf_counter()
-        state = full_optimizer_state(self.engine, self.zero_stage)  # a collective: every rank, every chunk
+        state = full_optimizer_state(self.trainer)  # a collective: every rank, every chunk
         named = dict(self.module.named_parameters())
         params = {n: named[n].detach().to(torch.float32) for n in self.names}
         # the parameters f does not move, as float32 copies where the module holds another dtype

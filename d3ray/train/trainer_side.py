@@ -34,14 +34,14 @@ import numpy as np
 
 from d3ray.data.chunker import chunks_to_train
 from d3ray.schedule.scheduler import ChunkFeedback, SketchRequest, SnapshotRequest, TrainerRequests
+from d3ray.train.trainer_rank import TrainerRank
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["TrainerSide", "chunk_feedback", "publish_snapshot", "sketch_due_chunks"]
 
 
-def publish_snapshot(engine: Any, zero_stage: int, rank: int, coordinator: Any, version: int,
-                     request: SnapshotRequest) -> None:
+def publish_snapshot(trainer: TrainerRank, coordinator: Any, version: int, request: SnapshotRequest) -> None:
     """Put the state dict (and the AdamW state if asked), in the requested dtype, in the object store
     and hand the refs and their byte size (the schedule log's ``snapshot_bytes``) to the coordinator.
     Collectives under ZeRO (d3ray/train/snapshot.py): every rank calls."""
@@ -49,10 +49,10 @@ def publish_snapshot(engine: Any, zero_stage: int, rank: int, coordinator: Any, 
 
     from d3ray.train.snapshot import snapshot_nbytes, snapshot_optimizer_state, snapshot_weights
 
-    parts = [snapshot_weights(engine, zero_stage, rank, request.dtype)]
+    parts = [snapshot_weights(trainer, request.dtype)]
     if request.optimizer_state:
-        parts.append(snapshot_optimizer_state(engine, zero_stage, rank, request.dtype))
-    if rank == 0:
+        parts.append(snapshot_optimizer_state(trainer, request.dtype))
+    if trainer.is_rank0:
         coordinator.publish_weights.remote(version, [ray.put(p) for p in parts], snapshot_nbytes(parts), request.dtype)
 
 
@@ -121,28 +121,26 @@ class TrainerSide:
 
     Args:
         requests: what the scheduler asks (``ScheduleConfig.trainer_requests()``, the same on every rank).
-        engine: the rank's DeepSpeed engine.
-        rank, world: this rank and the number of trainer ranks.
+        trainer: this rank (its engine, rank, world and ZeRO stage: how a snapshot is gathered).
         coordinator: the ScheduleCoordinator actor handle.
-        zero_stage: ``train.zero_stage`` (how a snapshot is gathered).
         steps: ``train.steps`` (with the sketch request's L: the chunks the run trains; later ones are never sketched).
         run_dir: the run directory, or None (the sketcher's fault drills act through ``d3ray.faults.inject``).
     """
 
-    def __init__(self, requests: TrainerRequests, engine: Any, rank: int, world: int, coordinator: Any,
-                 zero_stage: int, steps: int, run_dir: str | None = None) -> None:
-        self.requests, self.engine, self.rank, self.coordinator = requests, engine, rank, coordinator
-        self.zero_stage, self.steps = zero_stage, steps
+    def __init__(self, requests: TrainerRequests, trainer: TrainerRank, coordinator: Any, steps: int,
+                 run_dir: str | None = None) -> None:
+        self.requests, self.trainer, self.coordinator, self.steps = requests, trainer, coordinator, steps
+        self.rank = trainer.rank
         self.logs: Any = None
         self.scorer = None
-        if requests.sketch is not None and zero_stage < 3:  # whole parameters: the potential on the module
+        if requests.sketch is not None and trainer.zero_stage < 3:  # whole parameters: the potential on the module
             from d3ray.train.trainer_potential import TrainerPotential
 
-            self.scorer = TrainerPotential(engine, requests.sketch.influence, rank, world, zero_stage, run_dir=run_dir)
+            self.scorer = TrainerPotential(trainer, requests.sketch.influence, run_dir=run_dir)
         elif requests.sketch is not None:  # ZeRO-3: sketches of the gradient slices
             from d3ray.train.sharded_influence import ShardedScorer
 
-            self.scorer = ShardedScorer(engine, requests.sketch.influence, rank, world, run_dir=run_dir)
+            self.scorer = ShardedScorer(trainer, requests.sketch.influence, run_dir=run_dir)
 
     def start(self, version: int, step: int, logs: Any = None) -> None:
         """Before the first chunk this process trains: what the first chunks need, at ``version`` (0 on a
@@ -162,8 +160,7 @@ class TrainerSide:
     def _prepare(self, version: int, step: int) -> None:
         if self.requests.snapshot is not None:
             start = time.perf_counter()
-            publish_snapshot(self.engine, self.zero_stage, self.rank, self.coordinator, version,
-                             self.requests.snapshot)
+            publish_snapshot(self.trainer, self.coordinator, version, self.requests.snapshot)
             if self.logs is not None:  # what the snapshot costs the trainers, beside their steps
                 self.logs.log_metrics({"step": step, "time/snapshot_sec": time.perf_counter() - start})
         if self.scorer is not None:

@@ -44,6 +44,7 @@ from d3ray.train.snapshot import snapshot_optimizer_state, snapshot_weights
 
 from d3ray.train.collectives import collective_device
 from d3ray.train.evaluation import evaluate
+from d3ray.train.trainer_rank import TrainerRank
 
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 torch.set_num_threads(1)
@@ -72,6 +73,7 @@ ds = {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "gradient_accu
       "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "betas": [0.9, 0.95], "weight_decay": 0.1, "torch_adam": True}},
       "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": True}}
 engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds)
+trainer = TrainerRank(engine, rank, world, 3)
 rng = np.random.default_rng(0)
 def batch(seed):
     r = np.random.default_rng(seed)
@@ -83,7 +85,7 @@ for step in range(3):
     engine.backward(engine(input_ids=x, labels=x).loss)
     engine.step()
 eval_rows = np.random.default_rng(7).integers(0, 96, size=(5, 16))
-evaluated = evaluate(engine, {"a": eval_rows, "ood:b": eval_rows[:3]}, rank, world, 2, torch.device("cpu"))
+evaluated = evaluate(trainer, {"a": eval_rows, "ood:b": eval_rows[:3]}, 2, torch.device("cpu"))
 eval_calls = calls.get("all_reduce", 0)
 print("EVAL " + json.dumps(evaluated), flush=True)
 chunks = {0: [batch(10 + i) for i in range(4)], 1: [batch(20 + i) for i in range(4)]}
@@ -99,15 +101,15 @@ for name, cfg in {
     "adam_cv_one_row": InfluenceConfig(estimator=FirstOrderConfig(), preconditioner="adam", sample_fraction=0.125, sketch=SjltSketchConfig(k=64)),
     "drift_only_one_row": InfluenceConfig(preconditioner="adam", sample_fraction=0.125, sketch=SjltSketchConfig(k=64)),
 }.items():
-    scorer = ShardedScorer(engine, cfg, rank, world, run_dir=os.getcwd())  # the cwd's faults.json masks nan_batch
+    scorer = ShardedScorer(trainer, cfg, run_dir=os.getcwd())  # the cwd's faults.json masks nan_batch
     sharded = {c: scorer.score(c, chunks[c], ids[c]) for c in (0, 1)}
     # a trainer restarted from a checkpoint: a new scorer with the saved means sketches chunk 1 alike
     scorer.save(os.getcwd())
-    resumed = ShardedScorer(engine, cfg, rank, world, run_dir=os.getcwd())
+    resumed = ShardedScorer(trainer, cfg, run_dir=os.getcwd())
     resumed.load(os.getcwd())
     again = resumed.score(1, chunks[1], ids[1])
-    weights = snapshot_weights(engine, 3, rank, "float32")
-    state = snapshot_optimizer_state(engine, 3, rank, "float32")
+    weights = snapshot_weights(trainer, "float32")
+    state = snapshot_optimizer_state(trainer, "float32")
     if rank == 0:
         worker = InfluenceWorker(config_dict, cfg)
         def inputs(c):

@@ -22,6 +22,7 @@ import deepspeed
 from deepspeed.utils import safe_get_full_optimizer_state
 from d3ray.model import ModelConfig, build_model, model_config_dict
 from d3ray.train.snapshot import _assembled_fragments, _flat_partitions, _named_trainable, snapshot_optimizer_state
+from d3ray.train.trainer_rank import TrainerRank
 
 deepspeed.init_distributed(dist_backend="gloo")
 rank = int(os.environ["RANK"])
@@ -47,7 +48,7 @@ for label, cap in (("one_per_bucket", 1), ("mid", largest), ("one_bucket", 1 << 
     got = {n: (m.clone(), v.clone()) for n, _, (m, v) in _assembled_fragments(named, cap)}
     out[label] = sorted(got) == sorted(reference) and all(
         torch.equal(got[n][0], reference[n][0]) and torch.equal(got[n][1], reference[n][1]) for n in reference)
-state = snapshot_optimizer_state(engine, 2, rank, "float32")
+state = snapshot_optimizer_state(TrainerRank(engine, rank, int(os.environ["WORLD_SIZE"]), 2), "float32")
 if rank == 0:
     out["shipped"] = all((state.exp_avg[n] == reference[n][0].numpy()).all() and
                          (state.exp_avg_sq[n] == reference[n][1].numpy()).all() for n in reference)

@@ -33,6 +33,7 @@ os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", DS_ACCELERATOR="cpu"
 import deepspeed, transformers
 from d3ray.influence.optimizer import adamw_direction
 from d3ray.train.snapshot import snapshot_nbytes, snapshot_optimizer_state, snapshot_weights
+from d3ray.train.trainer_rank import TrainerRank
 
 stage = int(sys.argv[1])
 def own_state_equal(engine, state):
@@ -58,18 +59,19 @@ ds = {"train_batch_size": 2, "train_micro_batch_size_per_gpu": 2, "gradient_accu
                                                 "torch_adam": True}},
       "zero_optimization": zero, "bf16": {"enabled": False}}
 engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds)
-fresh = snapshot_optimizer_state(engine, stage, 0, "float32")  # what a run publishes before its first step
-fresh16 = snapshot_optimizer_state(engine, stage, 0, "bfloat16")
+one = TrainerRank(engine, 0, 1, stage)  # the one rank of one
+fresh = snapshot_optimizer_state(one, "float32")  # what a run publishes before its first step
+fresh16 = snapshot_optimizer_state(one, "bfloat16")
 rng = np.random.default_rng(0)
 batches = [torch.tensor(rng.integers(0, 64, size=(2, 12))) for _ in range(4)]
 for x in batches[:3]:
     engine.backward(engine(input_ids=x, labels=x).loss)
     engine.step()
-state = snapshot_optimizer_state(engine, stage, 0, "float32")
+state = snapshot_optimizer_state(one, "float32")
 own_equal = own_state_equal(engine, state)  # before the engine steps again
-before = snapshot_weights(engine, stage, 0, "float32")
-state16 = snapshot_optimizer_state(engine, stage, 0, "bfloat16")
-before16 = snapshot_weights(engine, stage, 0, "bfloat16")
+before = snapshot_weights(one, "float32")
+state16 = snapshot_optimizer_state(one, "bfloat16")
+before16 = snapshot_weights(one, "bfloat16")
 pairs = ([(before16[k], before[k]) for k in before] + [(state16.exp_avg[n], state.exp_avg[n]) for n in state.exp_avg]
          + [(state16.exp_avg_sq[n], state.exp_avg_sq[n]) for n in state.exp_avg])
 plain = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
@@ -81,19 +83,20 @@ u = adamw_direction(params, {n: p.grad for n, p in plain.named_parameters()}, st
                     state.tensors(params, torch.device("cpu"), torch.float32))
 engine.backward(engine(input_ids=x, labels=x).loss)
 engine.step()
-after = snapshot_weights(engine, stage, 0, "float32")
+after = snapshot_weights(one, "float32")
 
 
 torch.manual_seed(0)
 model16 = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
 engine16, *_ = deepspeed.initialize(model=model16, model_parameters=model16.parameters(),
                                     config={**ds, "bf16": {"enabled": True}})
+one16 = TrainerRank(engine16, 0, 1, stage)
 for x in batches[:3]:
     engine16.backward(engine16(input_ids=x, labels=x).loss)
     engine16.step()
-trained16 = snapshot_optimizer_state(engine16, stage, 0, "float32")
-shipped16 = snapshot_optimizer_state(engine16, stage, 0, "bfloat16")
-weights16 = snapshot_weights(engine16, stage, 0, "bfloat16")
+trained16 = snapshot_optimizer_state(one16, "float32")
+shipped16 = snapshot_optimizer_state(one16, "bfloat16")
+weights16 = snapshot_weights(one16, "bfloat16")
 out = {"own_equal": own_equal, "bf16_own_equal": own_state_equal(engine16, trained16),
        "bf16_training": next(engine16.module.parameters()).dtype == torch.bfloat16,
        "bf16_step": trained16.step, "bf16_nonzero_v": all(bool(np.any(v > 0)) for v in trained16.exp_avg_sq.values()),

@@ -30,6 +30,7 @@ from d3ray.influence.worker import InfluenceWorker
 from d3ray.model import ModelConfig, build_model
 from d3ray.train.snapshot import snapshot_optimizer_state, snapshot_weights
 from d3ray.train.trainer_potential import TrainerPotential
+from d3ray.train.trainer_rank import TrainerRank
 
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 torch.set_num_threads(1)
@@ -55,17 +56,18 @@ for stage in (2, 0):
           "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "betas": [0.9, 0.95], "weight_decay": 0.1, "torch_adam": True}},
           "zero_optimization": {"stage": stage}}
     engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds)
+    trainer = TrainerRank(engine, rank, world, stage)
     rng = np.random.default_rng(0)
     for step in range(3):
         x = torch.as_tensor(rng.integers(0, 96, size=(2, 16)))
         engine.backward(engine(input_ids=x, labels=x).loss)
         engine.step()
     before = {n: p.detach().clone() for n, p in engine.module.named_parameters()}
-    scorer = TrainerPotential(engine, cfg, rank, world, stage, run_dir=os.getcwd())  # the cwd's faults.json masks nan_batch
+    scorer = TrainerPotential(trainer, cfg, run_dir=os.getcwd())  # the cwd's faults.json masks nan_batch
     scored = {c: scorer.score(c, chunks[c], ids[c]) for c in (0, 1)}
     untouched = all(torch.equal(before[n], p) for n, p in engine.module.named_parameters())
-    weights = snapshot_weights(engine, stage, rank, "float32")
-    state = snapshot_optimizer_state(engine, stage, rank, "float32")
+    weights = snapshot_weights(trainer, "float32")
+    state = snapshot_optimizer_state(trainer, "float32")
     mine = {str(c): [list(map(float, s.potential)), list(map(float, s.losses)), s.excluded] for c, s in scored.items()}
     out = {"untouched": untouched, "mine": mine, "training": engine.module.training}
     if rank == 0:

@@ -11,6 +11,12 @@ import torch
 import torch.nn.functional as F
 
 from d3ray.train.evaluation import evaluate
+from d3ray.train.trainer_rank import TrainerRank
+
+
+def one_rank(model) -> TrainerRank:
+    """A module scored as the one rank of one (every row of every set is its own)."""
+    return TrainerRank(model, rank=0, world=1, zero_stage=0)
 
 
 class BigramLM(torch.nn.Module):
@@ -38,7 +44,7 @@ def test_loss_se_full_sequences_is_std_of_sequence_means_over_sqrt_n():
     rng = np.random.default_rng(0)
     ids = rng.integers(0, 16, size=(10, 12)).astype(np.int32)
     model = BigramLM(16)
-    out = evaluate(model, {"a": ids, "b": ids[:5]}, rank=0, world=1, micro_batch_size=3, device=torch.device("cpu"))
+    out = evaluate(one_rank(model), {"a": ids, "b": ids[:5]}, micro_batch_size=3, device=torch.device("cpu"))
     sums, counts = per_sequence(model, ids)
     means = sums / counts  # every sequence has T - 1 targets: the ratio's se is the plain se of the means
     assert out["eval/a/loss"] == pytest.approx(means.mean(), rel=1e-6)
@@ -56,12 +62,12 @@ def test_loss_se_masked_rows_use_the_ratio_estimator():
         mask[i, start:] = True
     n_tokens = np.full(7, 10, dtype=np.int32)
     model = BigramLM(16)
-    out = evaluate(model, {"sft": {"input_ids": ids, "n_tokens": n_tokens, "loss_mask": mask}}, rank=0, world=1,
+    out = evaluate(one_rank(model), {"sft": {"input_ids": ids, "n_tokens": n_tokens, "loss_mask": mask}},
                    micro_batch_size=4, device=torch.device("cpu"))
     sums, counts = per_sequence(model, ids, mask)
     ratio = sums.sum() / counts.sum()
     z = (sums - ratio * counts) / counts.mean()  # linearised ratio: se² = var(z) / N
     assert out["eval/sft/loss"] == pytest.approx(ratio, rel=1e-6)
     assert out["eval/sft/loss_se"] == pytest.approx(math.sqrt((z ** 2).sum() / (7 * 6)), rel=1e-5)
-    one = evaluate(model, {"x": ids[:1]}, rank=0, world=1, micro_batch_size=4, device=torch.device("cpu"))
+    one = evaluate(one_rank(model), {"x": ids[:1]}, micro_batch_size=4, device=torch.device("cpu"))
     assert math.isnan(one["eval/x/loss_se"])

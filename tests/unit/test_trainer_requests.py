@@ -23,6 +23,7 @@ from d3ray.schedule.scheduler import (
     SnapshotRequest,
     TrainerRequests,
 )
+from d3ray.train.trainer_rank import TrainerRank
 from d3ray.train.trainer_side import TrainerSide, chunk_feedback
 
 
@@ -145,7 +146,7 @@ class _CoordinatorHandle:
 ])
 def test_trainer_side_sends_a_chunks_feedback_only_when_asked_and_from_rank_0(requests, rank, sent):
     coordinator = _CoordinatorHandle()
-    side = TrainerSide(requests, engine=None, rank=rank, world=2, coordinator=coordinator, zero_stage=0, steps=8)
+    side = TrainerSide(requests, TrainerRank(engine=None, rank=rank, world=2, zero_stage=0), coordinator, steps=8)
     chunk = SimpleNamespace(chunk_id=0, sample_ids=(("a",),), domains=(("x",),))
     side.chunk_trained(chunk, np.array([[0.5]], dtype=np.float32), step=1, more=True)
     assert [name for name, _ in coordinator.calls] == (["feedback"] if sent else [])

@@ -36,6 +36,7 @@ import numpy as np
 
 from d3ray.config import RunConfig
 from d3ray.ray_refs import is_object_ref
+from d3ray.train.trainer_rank import TrainerRank
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +130,7 @@ class CensusWorker:
             lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, partial(lr_factor, cfg=self.tcfg)),
         )
         self.engine.train()  # as the trainers: a pretrained model trains with its own dropout
+        self.trainer = TrainerRank(self.engine, rank=0, world=1, zero_stage=0)  # one rank, ZeRO-0
         self.loaded: str | None = None
         self._base: dict[str, Any] = {}
         self._influence: dict[str, Any] = {}
@@ -199,9 +201,9 @@ class CensusWorker:
         if lookahead:
             configs.append(("lookahead", replace(influence, estimator=LookaheadConfig())))
         for name, config in configs:
-            parts: list[Any] = [snapshot_weights(self.engine, 0, 0, snapshot_dtype)]
+            parts: list[Any] = [snapshot_weights(self.trainer, snapshot_dtype)]
             if config.needs_optimizer_state:
-                parts.append(snapshot_optimizer_state(self.engine, 0, 0, snapshot_dtype))
+                parts.append(snapshot_optimizer_state(self.trainer, snapshot_dtype))
             key = repr(config)
             if key not in self._influence:
                 self._influence[key] = InfluenceWorker(self.model_config, config, self.cfg.model.lora)
@@ -240,7 +242,7 @@ class CensusWorker:
     def _evaluate(self) -> dict[str, float]:
         from d3ray.train.evaluation import evaluate
 
-        result = evaluate(self.engine, self.eval_sets, 0, 1, self.tcfg.micro_batch_size, self.device)
+        result = evaluate(self.trainer, self.eval_sets, self.tcfg.micro_batch_size, self.device)
         return {k[len("eval/"):]: v for k, v in result.items() if k.endswith("loss") or k.endswith("loss_se")}
 
     def branch(self, task: BranchTask) -> dict[str, Any]:
