@@ -16,7 +16,7 @@ optionally transformed, then JL-sketched), :meth:`ScoringWorker.sample_responses
 loaded model), :meth:`ScoringWorker.reference_model`.
 
 A plain class (``ray.remote(ScoringWorker)`` where it is created), so tests can call it directly.
-Labels come from :func:`d3ray.data.labels.lm_labels`, losses from :func:`d3ray.lm_loss.sequence_losses`:
+Labels come from :func:`d3ray.data.labels.lm_labels`, losses from :func:`d3ray.model.lm_loss.sequence_losses`:
 the trainers' own definitions.
 
 Snapshot layout: ``weights`` is a list of parts (ObjectRefs or the values themselves), read by the
@@ -147,7 +147,7 @@ class ScoringWorker:
         """Per-sequence token-mean losses (n,) float64 of ``model`` (default: the loaded one)."""
         import torch
 
-        from d3ray.lm_loss import sequence_losses
+        from d3ray.model.lm_loss import sequence_losses
 
         model = self.model if model is None else model
         out = []
@@ -202,7 +202,7 @@ class ScoringWorker:
         import torch
         from torch.func import functional_call, grad, vmap
 
-        from d3ray.lm_loss import sequence_losses
+        from d3ray.model.lm_loss import sequence_losses
 
         model = self.model
         params = {n: p.detach() for n, p in model.named_parameters() if n in set(names)}

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from d3ray.data.labels import lm_labels
-from d3ray.lm_loss import sequence_losses
+from d3ray.model.lm_loss import sequence_losses
 from d3ray.train.collectives import all_reduce_sum
 from d3ray.train.trainer_rank import TrainerRank
 

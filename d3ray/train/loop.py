@@ -82,7 +82,7 @@ def train_step(engine, batch, rows: slice, micro: int, device, weights_for) -> A
     import torch
 
     from d3ray.data.labels import batch_width, lm_labels
-    from d3ray.lm_loss import sequence_losses, step_loss
+    from d3ray.model.lm_loss import sequence_losses, step_loss
 
     n_rows = rows.stop - rows.start
     labels_all = torch.as_tensor(lm_labels(batch.input_ids[rows], batch.n_tokens[rows],

@@ -219,7 +219,7 @@ class ShardedScorer:
         rows = rows or [0]
         ids = torch.as_tensor(np.asarray(batches[mine][0])[rows], dtype=torch.int64, device=self.device)
         y = torch.as_tensor(targets[mine][rows], dtype=torch.int64, device=self.device)
-        # The labels shift, not the logits (as d3ray/lm_loss.py): no copy of the pass's largest tensor in
+        # The labels shift, not the logits (as d3ray/model/lm_loss.py): no copy of the pass's largest tensor in
         # the forward or the backward; the last position predicts nothing (an ignored target).
         logits = self.engine.module(input_ids=ids).logits
         logits = logits if logits.dtype == torch.float32 else logits.float()

@@ -53,7 +53,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     # the stages that need no model: shards -> sequences (Ray Data) -> chunks, and the ordering solvers (pure math)
     ("data and solvers", ["d3ray.data", "d3ray.solver"]),
     # model presets and builder, LoRA, the per-sequence LM loss
-    ("model", ["d3ray.model", "d3ray.lm_loss"]),
+    ("model", ["d3ray.model"]),
     # influence estimators and sketches (pure) + the InfluenceWorker, which builds a model
     ("influence", ["d3ray.influence"]),
     # schedulers, ScheduleCoordinator: data + influence + solvers + model actors

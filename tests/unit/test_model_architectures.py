@@ -20,8 +20,8 @@ from d3ray.data.config import DataConfig, TokenizerConfig
 from d3ray.data.sft import SftDataConfig
 from d3ray.data.tokenizer import load_tokenizer, train_tokenizer_from_texts
 from d3ray.errors import UserError
-from d3ray.lm_loss import sequence_losses, step_loss
 from d3ray.model import ModelConfig, build_model, model_config_dict
+from d3ray.model.lm_loss import sequence_losses, step_loss
 from d3ray.model.lora import LoraConfig
 from d3ray.run.prepare import prepare_data
 

@@ -10,7 +10,7 @@ import torch
 
 from d3ray.config import RunConfig
 from d3ray.config_loading import ConfigError, load_config
-from d3ray.lm_loss import sequence_losses, step_loss
+from d3ray.model.lm_loss import sequence_losses, step_loss
 from d3ray.schedule.order.regroup import curriculum_groups, round_robin_groups
 from d3ray.schedule.scheduler import ChunkDecision, LossWeighting
 from d3ray.schedule.select.base import keep_count, top_k_decision

@@ -66,8 +66,8 @@ def test_merge_deepspeed_overrides_nested_mapping_replaces_leaves_only():
 
 
 def test_activation_checkpointing_same_loss_and_gradients_through_the_loss_path():
-    from d3ray.lm_loss import sequence_losses, step_loss
     from d3ray.model import ModelConfig, build_model, enable_activation_checkpointing, model_config_dict
+    from d3ray.model.lm_loss import sequence_losses, step_loss
 
     cfg = ModelConfig(preset="llama-tiny")
     ids = torch.randint(0, 300, (2, 16), generator=torch.Generator().manual_seed(0))

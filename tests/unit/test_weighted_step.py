@@ -10,8 +10,8 @@ import math
 import numpy as np
 import torch
 
-from d3ray.lm_loss import sequence_losses, step_loss
 from d3ray.model import ModelConfig, build_model, model_config_dict
+from d3ray.model.lm_loss import sequence_losses, step_loss
 from d3ray.schedule.coordinator import DecidedChunk
 from d3ray.schedule.scheduler import ChunkDecision, LossWeighting
 from d3ray.train.loop import micro_weights

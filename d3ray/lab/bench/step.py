@@ -1,7 +1,7 @@
 """``d3ray bench step``: what loss weighting adds to one training step, measured in one process.
 
-The step of ``d3ray/train/loop.py`` (forward, :func:`d3ray.lm_loss.sequence_losses`, the loss weights of
-:func:`d3ray.train.loop.micro_weights`, :func:`d3ray.lm_loss.step_loss`, backward, AdamW) on the run's
+The step of ``d3ray/train/loop.py`` (forward, :func:`d3ray.model.lm_loss.sequence_losses`, the loss weights of
+:func:`d3ray.train.loop.micro_weights`, :func:`d3ray.model.lm_loss.step_loss`, backward, AdamW) on the run's
 model preset, once unweighted (random order) and once under loss reweighting (Sow et al. 2025, the
 in-step rule ``linupper``), the two alternating step by step on the same batch so that whatever else
 the machine does falls on both alike. ``d3ray bench pipeline --scheduler loss_reweight`` measures the
@@ -38,8 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from d3ray.lm_loss import sequence_losses, step_loss
     from d3ray.model import ModelConfig, build_model, model_config_dict
+    from d3ray.model.lm_loss import sequence_losses, step_loss
     from d3ray.schedule.coordinator import DecidedChunk
     from d3ray.schedule.scheduler import ChunkDecision, LossWeighting
     from d3ray.train.loop import micro_weights

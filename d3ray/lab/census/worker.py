@@ -86,7 +86,7 @@ class CensusWorker:
     Args:
         cfg: the run's config (``config.yaml`` of the run directory).
         model_config: the run's transformers config dict.
-        eval_sets: name → held-out set (``d3ray.train.prepare.load_eval_sets``), or [ObjectRef of it].
+        eval_sets: name → held-out set (``d3ray.run.prepare.load_eval_sets``), or [ObjectRef of it].
         fault_dir: where a fault drill's ``faults.json`` may lie (the census's out dir; d3ray/faults.py).
     """
 
