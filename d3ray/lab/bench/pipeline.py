@@ -159,14 +159,15 @@ def _summarise(run_dir: Path, final: dict[str, Any], L: int) -> dict[str, Any]:
     return out
 
 
-#: The training loop's phases as the trainers log them (``d3ray/train/loop.py``, rank 0's clock).
+#: The training loop's phases as the trainers log them (rank 0's clock: d3ray/train/step_logger.py, the
+#: checkpoint's in d3ray/train/checkpointer.py with the coordinator's state collected, the eval's in evaluator.py).
 LOOP_PHASES = {"steps": "time/step_sec", "chunk_boundary": "time/chunk_boundary_sec",
                "checkpoint": "time/checkpoint_sec", "eval": "time/eval_sec"}
 
 
 def loop_breakdown(metrics: list[dict[str, Any]], wait_s: float, train_s: float) -> dict[str, float]:
     """Where the training loop's wall time went: the summed seconds of each phase (steps, the chunk
-    boundary's feedback and weights snapshot, checkpoints, evaluations), the wait for decided chunks
+    boundary's feedback and weights snapshot, checkpoints with the coordinator's state, evaluations), the wait for decided chunks
     (the schedule log's, a checkpoint's wait for the next decision included), and ``other`` (the rest:
     logging, Ray calls between steps)."""
     out = {name: float(sum(r[key] for r in metrics if r.get(key) is not None)) for name, key in LOOP_PHASES.items()}
