@@ -59,7 +59,7 @@ def check_optimizer_state(
     if optimizer is None:
         raise ValueError(
             f"preconditioner {config.preconditioner!r} needs the optimizer state with the weights snapshot "
-            "(an AdamWState part; see d3ray.train.snapshot)"
+            "(an AdamWState part; see d3ray.train.scheduling.snapshot)"
         )
     optimizer.check_covers(shapes)
 

@@ -210,12 +210,12 @@ class InfluenceConfig:
 
     def check_shardable(self) -> None:
         """Raise ValueError unless this config can run on parameter shards (D3's ``placement: {type:
-        in_trainer}`` asks; d3ray/train/sharded_influence.py says why the other estimators cannot)."""
+        in_trainer}`` asks; d3ray/train/scheduling/sharded_influence.py says why the other estimators cannot)."""
         if not self.estimator.runs_on_shards:
             sharded = [name for name in EstimatorConfig.known() if EstimatorConfig.lookup(name).runs_on_shards]
             raise ValueError(
                 f"schedule.placement.type=in_trainer supports the estimators {sharded}, not "
-                f"{self.estimator.type_name!r} (d3ray/train/sharded_influence.py says why); use "
+                f"{self.estimator.type_name!r} (d3ray/train/scheduling/sharded_influence.py says why); use "
                 "schedule.placement.type=actors for it"
             )
         if self.sketch.type_name == "identity" and not self.potential_alone:  # the potential alone sketches nothing

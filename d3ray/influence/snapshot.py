@@ -1,6 +1,6 @@
 """Reading a weights snapshot into a model: the one reader of every actor that loads the trainers' weights.
 
-The trainers publish a snapshot (``d3ray/train/snapshot.py``) as a list of parts: state dicts (name → array;
+The trainers publish a snapshot (``d3ray/train/scheduling/snapshot.py``) as a list of parts: state dicts (name → array;
 numpy, or torch where numpy has no dtype, as bfloat16; the trainers ship each packed into one buffer,
 :class:`PackedState`, a mapping of views) and at most one
 :class:`~d3ray.influence.optimizer.AdamWState`. The influence actors
@@ -37,7 +37,7 @@ OPTIONAL_KEYS = re.compile(r"(^|\.)attn\.(bias|masked_bias)$")
 
 
 class PackedState(Mapping):
-    """A state dict (name → tensor) in one flat buffer: what the trainers ship (``d3ray/train/snapshot.py``).
+    """A state dict (name → tensor) in one flat buffer: what the trainers ship (``d3ray/train/scheduling/snapshot.py``).
 
     Ray pickles a torch tensor through torch's own serializer, one call per tensor each way, and a snapshot
     of weights + m + v holds three tensors per parameter (87 for the no-argument run's GPT-2): ~10 ms per

@@ -3,7 +3,7 @@
     prepare_data  ── corpus or SFT suite (generated if none configured) · tokenizer (trained once
                      per run, reused on resume) · eval sets and eval tasks (prepare.py)
     requests      ── what the scheduler asks of the trainers (schedule.trainer_requests(), built once):
-                     to the coordinator (what to wait for) and to the trainers (d3ray/train/trainer_side.py)
+                     to the coordinator (what to wait for) and to the trainers (d3ray/train/scheduling/trainer_side.py)
     pre-run       ── the scheduler's before_run (a no-op but for DoReMi's reference, RegMix's proxies)
     coordinator   ── ScheduleCoordinator actor over the Ray Data stream
     fit           ── TorchTrainer(train_loop_per_worker) with N DeepSpeed workers; re-running the
@@ -139,7 +139,7 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
                 num_cpus=0, max_concurrency=32, max_restarts=2, max_task_retries=2, scheduling_strategy=here,
             ).remote(make_stream, scheduler, requests, schedule.prefetch_chunks, schedule.staleness, schedule.deadline_s,
                      str(run_dir), draws_mixture=schedule.draws_mixture)
-        # Every version of the weights, 0 included, comes from the trainers (d3ray/train/trainer_side.py).
+        # Every version of the weights, 0 included, comes from the trainers (d3ray/train/scheduling/trainer_side.py).
         spec = WorkerSpec(cfg=cfg, model_config=model_config, coordinator=coordinator, eval_sets=eval_ref,
                           tokenizer_dir=str(prepared.tokenizer_dir), requests=requests,
                           eval_tasks=[ray.put(eval_tasks)] if eval_tasks else [])

@@ -67,7 +67,7 @@ class ScheduleConfig(ChoiceConfig):
             raise ValueError(f"schedule.deadline_s={self.deadline_s} must be > 0")
 
     def trainer_requests(self) -> TrainerRequests:
-        """What the scheduler asks of the trainers (d3ray/train/trainer_side.py carries it out)."""
+        """What the scheduler asks of the trainers (d3ray/train/scheduling/trainer_side.py carries it out)."""
         return TrainerRequests()
 
     def check_train(self, train: Any) -> None:

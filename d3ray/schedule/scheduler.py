@@ -17,7 +17,7 @@ works in two phases so that model work (influence, scoring) runs one chunk ahead
 
 Nothing outside a scheduler probes its internals: what it asks of the trainers is a typed
 :class:`TrainerRequests` (a weights snapshot, in-trainer sketches, training feedback), carried out by
-one module on the trainers' side (d3ray/train/trainer_side.py); what it starts and whether the stream
+one module on the trainers' side (d3ray/train/scheduling/trainer_side.py); what it starts and whether the stream
 draws by domain are declared by its config too. Decisions must be a pure function of the
 chunk, the seed, the weights snapshot of version ``chunk_id - staleness`` and the feedback of the
 chunks before ``chunk_id - staleness``: ``submit`` never changes what later decisions depend on;
@@ -37,7 +37,7 @@ import numpy as np
 from d3ray.data.chunker import Chunk
 from d3ray.influence.config import InfluenceConfig
 
-#: Dtypes a weights snapshot may travel in (``SnapshotRequest.dtype``; d3ray/train/snapshot.py).
+#: Dtypes a weights snapshot may travel in (``SnapshotRequest.dtype``; d3ray/train/scheduling/snapshot.py).
 SNAPSHOT_DTYPES = ("bfloat16", "float32")
 
 
@@ -84,7 +84,7 @@ class SnapshotRequest:
 @dataclass(frozen=True)
 class SketchRequest:
     """The trainers sketch each chunk themselves on their ZeRO-3 shards (D3 ``schedule.placement:
-    in_trainer``, d3ray/train/sharded_influence.py) and hand the coordinator its S.
+    in_trainer``, d3ray/train/scheduling/sharded_influence.py) and hand the coordinator its S.
 
     Chunk c is sketched at weights version ``max(0, c − staleness)``: chunks 0..staleness before the
     first step, then chunk ``v + staleness`` at each version v (:meth:`due`); chunk 0 not at all when it
@@ -118,7 +118,7 @@ class FeedbackRequest:
 @dataclass(frozen=True)
 class TrainerRequests:
     """What a scheduler asks of the trainers (None: not asked). Declared by its config
-    (``ScheduleConfig.trainer_requests()``), carried out by d3ray/train/trainer_side.py, and read by the
+    (``ScheduleConfig.trainer_requests()``), carried out by d3ray/train/scheduling/trainer_side.py, and read by the
     coordinator to know what to wait for before a decision."""
 
     snapshot: SnapshotRequest | None = None

@@ -74,7 +74,7 @@ class Checkpointer:
         trainer: this rank.
         tcfg: the train config (``checkpoint_every_chunks``, ``_steps``, ``_sec``, ``checkpoint_upload``).
         coordinator: the ScheduleCoordinator actor.
-        trainer_side: the rank's :class:`~d3ray.train.trainer_side.TrainerSide` (its state goes in too).
+        trainer_side: the rank's :class:`~d3ray.train.scheduling.trainer_side.TrainerSide` (its state goes in too).
         tokenizer_dir: the run's tokenizer (copied into every checkpoint).
         base_model: the frozen LoRA base's directory (left out of the checkpoint), or None.
         device: the device of this rank's collectives (the every-seconds decision is broadcast).

@@ -10,7 +10,7 @@
             the step's row and progress line (step_logger.py), an eval when due (evaluator.py)
         checkpointer.chunk_ended: is a checkpoint due? (if so rank 0 asks the coordinator for its state)
         trainer_side.chunk_trained: feedback (the chunk's per-sample losses), then the next version's
-            snapshot or sketches (d3ray/train/trainer_side.py)
+            snapshot or sketches (d3ray/train/scheduling/trainer_side.py)
         checkpointer.save_if_due (checkpointer.py: the cadence, the save, its cost)
 
 Every rank pulls the same ``DecidedChunk`` from the ScheduleCoordinator and takes its contiguous
@@ -46,7 +46,7 @@ class WorkerSpec:
     """[ObjectRef of dict name → (n, T) int32], list-wrapped so Ray does not resolve it early."""
     tokenizer_dir: str
     requests: TrainerRequests
-    """What the scheduler asks of the trainers (snapshots, sketches, feedback; d3ray/train/trainer_side.py)."""
+    """What the scheduler asks of the trainers (snapshots, sketches, feedback; d3ray/train/scheduling/trainer_side.py)."""
     eval_tasks: list[Any]
     """[ObjectRef of the prepared lm-eval tasks] (``eval.tasks``), or []."""
 
@@ -137,8 +137,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     from d3ray.train.engine import start_trainer_rank
     from d3ray.train.evaluator import Evaluator
     from d3ray.train.metrics import RunLogs
+    from d3ray.train.scheduling.trainer_side import TrainerSide
     from d3ray.train.step_logger import StepLogger
-    from d3ray.train.trainer_side import TrainerSide
 
     # ---- build: this rank, its engine, the trainer side of the scheduler --------------------------------
     spec: WorkerSpec = config["spec"]

@@ -1,7 +1,7 @@
 """Sharded (in-trainer) influence equals the unsharded sketches: 2 real DeepSpeed ZeRO-3 ranks on CPU.
 
 Two processes (gloo) train a tiny GPT-2 for three steps under ZeRO-3, then score two chunks with
-:class:`~d3ray.train.sharded_influence.ShardedScorer`, each rank on its own parameter slices. Rank 0
+:class:`~d3ray.train.scheduling.sharded_influence.ShardedScorer`, each rank on its own parameter slices. Rank 0
 then gathers the full weights and AdamW state (the snapshot path) and sketches the same chunks with
 an :class:`~d3ray.influence.worker.InfluenceWorker`: the rows (P g, P u with the AdamW preconditioner,
 and the control variate's exact columns against chunk 0's mean directions) must agree within float32
@@ -39,8 +39,8 @@ from d3ray.influence.estimators import DriftConfig, FirstOrderConfig
 from d3ray.influence.worker import InfluenceWorker
 from d3ray.model import ModelConfig, build_model
 from d3ray.data.chunker import GlobalBatch
-from d3ray.train.sharded_influence import ShardedScorer
-from d3ray.train.snapshot import snapshot_optimizer_state, snapshot_weights
+from d3ray.train.scheduling.sharded_influence import ShardedScorer
+from d3ray.train.scheduling.snapshot import snapshot_optimizer_state, snapshot_weights
 
 from d3ray.train.collectives import collective_device
 from d3ray.train.evaluation import evaluate

@@ -1,5 +1,5 @@
 """The ZeRO-1/2 optimizer state a snapshot ships, assembled a bucket of parameters at a time
-(``d3ray.train.snapshot._assembled_fragments``: one all-reduce per bucket), equals DeepSpeed's own
+(``d3ray.train.scheduling.snapshot._assembled_fragments``: one all-reduce per bucket), equals DeepSpeed's own
 per-parameter assembly (``safe_get_full_optimizer_state``: one all-reduce per parameter and key) bit for
 bit, on two real gloo ranks whose flat partitions split parameters between them; with buckets small
 enough that a parameter is a bucket of its own and with one bucket for all.
@@ -21,7 +21,7 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import deepspeed
 from deepspeed.utils import safe_get_full_optimizer_state
 from d3ray.model import ModelConfig, build_model, model_config_dict
-from d3ray.train.snapshot import _assembled_fragments, _flat_partitions, _named_trainable, snapshot_optimizer_state
+from d3ray.train.scheduling.snapshot import _assembled_fragments, _flat_partitions, _named_trainable, snapshot_optimizer_state
 from d3ray.train.trainer_rank import TrainerRank
 
 deepspeed.init_distributed(dist_backend="gloo")

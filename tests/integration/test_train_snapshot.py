@@ -32,7 +32,7 @@ import numpy as np, torch
 os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", DS_ACCELERATOR="cpu")
 import deepspeed, transformers
 from d3ray.influence.optimizer import adamw_direction
-from d3ray.train.snapshot import snapshot_nbytes, snapshot_optimizer_state, snapshot_weights
+from d3ray.train.scheduling.snapshot import snapshot_nbytes, snapshot_optimizer_state, snapshot_weights
 from d3ray.train.trainer_rank import TrainerRank
 
 stage = int(sys.argv[1])

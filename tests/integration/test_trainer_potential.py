@@ -1,7 +1,7 @@
 """In-trainer drift potential equals the influence actor's: 2 real DeepSpeed ranks on CPU, ZeRO-2 and ZeRO-0.
 
 Two processes (gloo) train a tiny GPT-2 for three steps, then score two chunks with
-:class:`~d3ray.train.trainer_potential.TrainerPotential`, each rank half of the batches on its own whole
+:class:`~d3ray.train.scheduling.trainer_potential.TrainerPotential`, each rank half of the batches on its own whole
 module. Rank 0 then takes the snapshot the actors would get (weights and AdamW state) and scores the same
 chunks with an :class:`~d3ray.influence.worker.InfluenceWorker`: the potentials f and the losses must
 agree to float32 rounding, a batch masked by the run directory's ``faults.json`` drill must be excluded
@@ -28,8 +28,8 @@ from d3ray.data.labels import lm_labels
 from d3ray.influence.config import InfluenceConfig
 from d3ray.influence.worker import InfluenceWorker
 from d3ray.model import ModelConfig, build_model
-from d3ray.train.snapshot import snapshot_optimizer_state, snapshot_weights
-from d3ray.train.trainer_potential import TrainerPotential
+from d3ray.train.scheduling.snapshot import snapshot_optimizer_state, snapshot_weights
+from d3ray.train.scheduling.trainer_potential import TrainerPotential
 from d3ray.train.trainer_rank import TrainerRank
 
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

@@ -63,8 +63,10 @@ LAYERS: list[tuple[str, list[str]]] = [
     # checkpoint -> Hugging Face directory (data, LoRA and the run files only; the driver hands it to the
     # mixers' pre-runs, DoReMi's reference)
     ("export", ["d3ray.export"]),
-    # the run config (RunConfig composes the stage configs) and the worker: Ray Train + DeepSpeed trainers
-    ("train", ["d3ray.config", "d3ray.train"]),
+    # the run config (RunConfig composes the stage configs) and the worker: Ray Train + DeepSpeed trainers;
+    # beside it, the scheduler's work on the ranks (train/scheduling/: it takes the worker's TrainerRank
+    # and collectives, and the loop builds its TrainerSide: one layer)
+    ("train", ["d3ray.config", "d3ray.train", "d3ray.train.scheduling"]),
     # the driver: prepare, preflight, cluster env, the coordinator and the fit (it imports the worker)
     ("run", ["d3ray.run"]),
     # after a run: run-directory plots

@@ -138,7 +138,7 @@ def test_adamw_state_bad_value_raises_naming_it(kwargs, match):
 
 
 def _bf16_state(**overrides) -> AdamWState:
-    """A state as a 16-bit snapshot ships it: m and v bfloat16 torch tensors (d3ray.train.snapshot)."""
+    """A state as a 16-bit snapshot ships it: m and v bfloat16 torch tensors (d3ray.train.scheduling.snapshot)."""
     rng = np.random.default_rng(4)
     m = torch.tensor(rng.normal(size=(3, 4)) * 1e-2).bfloat16()
     v = torch.tensor(rng.random(size=(3, 4)) * 1e-6).bfloat16()  # E[g²]: far below float16's range

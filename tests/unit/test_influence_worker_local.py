@@ -134,9 +134,9 @@ def test_worker_bf16_state_without_lm_head_loads_like_rounded_float32():
 
 
 def _trained_snapshot(dtype: str, steps: int = 3) -> list:
-    """The parts a trainer publishes (d3ray.train.snapshot) after ``steps`` real torch AdamW steps on
+    """The parts a trainer publishes (d3ray.train.scheduling.snapshot) after ``steps`` real torch AdamW steps on
     random batches: weights and an optimizer state whose m, v are the optimizer's own, in ``dtype``."""
-    from d3ray.train.snapshot import ship_optimizer_state, ship_state
+    from d3ray.train.scheduling.snapshot import ship_optimizer_state, ship_state
 
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(

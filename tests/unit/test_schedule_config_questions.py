@@ -23,7 +23,7 @@ def _schedule(*overrides: str):
 def test_in_trainer_placement_accepts_exactly_the_estimators_that_run_on_shards(name):
     estimator = EstimatorConfig.lookup(name)()
     build = lambda: D3ScheduleConfig(placement=InTrainerPlacement(), influence=InfluenceConfig(estimator=estimator))  # noqa: E731
-    if name in ("first_order", "drift"):  # one backward, linear over shards (d3ray/train/sharded_influence.py)
+    if name in ("first_order", "drift"):  # one backward, linear over shards (d3ray/train/scheduling/sharded_influence.py)
         assert build().placement.type_name == "in_trainer"
     else:
         with pytest.raises(ValueError, match=f"not '{name}'.*use schedule.placement.type=actors"):

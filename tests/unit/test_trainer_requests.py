@@ -1,5 +1,5 @@
 """What a scheduler asks of the trainers (``TrainerRequests``, declared by its config) and the pure parts of
-the trainers' side that carries them out (d3ray/train/trainer_side.py): the staged merge, the chunks a
+the trainers' side that carries them out (d3ray/train/scheduling/trainer_side.py): the staged merge, the chunks a
 sketch request makes due, the feedback of a chunk, and which estimators can run on parameter shards (the
 in-trainer placement's own checks: tests/unit/test_d3_placements.py)."""
 
@@ -23,8 +23,8 @@ from d3ray.schedule.scheduler import (
     SnapshotRequest,
     TrainerRequests,
 )
+from d3ray.train.scheduling.trainer_side import TrainerSide, chunk_feedback
 from d3ray.train.trainer_rank import TrainerRank
-from d3ray.train.trainer_side import TrainerSide, chunk_feedback
 
 
 def requests_of(*overrides: str) -> TrainerRequests:

@@ -52,7 +52,7 @@ class EstimatorConfig(ChoiceConfig):
     model then runs eager attention (worker.py: ``influence_attention``)."""
     runs_on_shards: ClassVar[bool] = False
     """True when the trainer ranks can estimate it on their ZeRO-3 parameter slices (``schedule.placement:
-    in_trainer``): one backward, linear over shards. d3ray/train/sharded_influence.py says why the others
+    in_trainer``): one backward, linear over shards. d3ray/train/scheduling/sharded_influence.py says why the others
     cannot (a double backward, per-sequence gradients, one random stream over the whole batch, full steps)."""
 
     def statistics(

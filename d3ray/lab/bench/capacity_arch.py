@@ -96,7 +96,7 @@ def param_count(arch: Architecture) -> int:
 
 def tied_copy(arch: Architecture) -> int:
     """Numbers a state dict holds beyond N: a tied lm_head is a second key of the same V·h tensor, and
-    ``state_dict()`` (what the trainers ship, ``d3ray.train.snapshot.snapshot_weights``) keeps both."""
+    ``state_dict()`` (what the trainers ship, ``d3ray.train.scheduling.snapshot.snapshot_weights``) keeps both."""
     return arch.vocab * arch.hidden if arch.tied_embeddings else 0
 
 

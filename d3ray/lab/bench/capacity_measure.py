@@ -191,9 +191,9 @@ def time_model(model: str, corpus: Any, batch_size: int, seq_len: int, device: s
         _sync(device)
         steps.append(time.perf_counter() - t0)
     steps = steps[1:]
-    # As the trainers ship a snapshot (d3ray.train.snapshot, bfloat16 default): the state dict (a tied
+    # As the trainers ship a snapshot (d3ray.train.scheduling.snapshot, bfloat16 default): the state dict (a tied
     # lm_head twice) and m, v, each packed into one CPU bfloat16 buffer.
-    from d3ray.train.snapshot import ship_optimizer_state, ship_state
+    from d3ray.train.scheduling.snapshot import ship_optimizer_state, ship_state
 
     state = AdamWState.from_torch(opt, net.named_parameters(), max_grad_norm=tcfg.grad_clip)
     parts = [ship_state(net.state_dict(), "bfloat16"), ship_optimizer_state(state, "bfloat16")]
@@ -285,14 +285,14 @@ class SnapshotReader:
 
 
 def snapshot_parts(config: dict[str, Any], seed: int = 0) -> list[Any]:
-    """A snapshot as the trainers ship it by default (``d3ray.train.snapshot``, bfloat16, each state dict
+    """A snapshot as the trainers ship it by default (``d3ray.train.scheduling.snapshot``, bfloat16, each state dict
     packed into one buffer): the state dict (a tied lm_head twice) and an :class:`AdamWState` with m, v of
     the parameters' shapes."""
     import torch
 
     from d3ray.influence.optimizer import AdamWState
     from d3ray.model import ModelConfig, build_model
-    from d3ray.train.snapshot import ship_optimizer_state, ship_state
+    from d3ray.train.scheduling.snapshot import ship_optimizer_state, ship_state
 
     torch.manual_seed(seed)
     model = build_model(config, ModelConfig())

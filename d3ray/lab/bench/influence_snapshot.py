@@ -1,7 +1,7 @@
 """``d3ray bench influence --snapshot-dtype``: what a 16-bit weights snapshot saves and what it costs.
 
 Every chunk, trainer rank 0 publishes the weights and the AdamW m, v for the influence actors
-(d3ray/train/snapshot.py), in ``schedule.placement.snapshot_dtype``. For each bench model and training step
+(d3ray/train/scheduling/snapshot.py), in ``schedule.placement.snapshot_dtype``. For each bench model and training step
 count this section builds both snapshots of the SAME trained weights through the trainers' own
 conversion (``ship_state``, ``ship_optimizer_state``) and reports:
 
@@ -34,7 +34,7 @@ DTYPES = ("float32", "bfloat16")
 
 def snapshot_parts(snap: TrainedWeights, dtype: str) -> list[Any]:
     """The parts a trainer would publish at these weights, in ``dtype`` (the trainers' conversion)."""
-    from d3ray.train.snapshot import ship_optimizer_state, ship_state
+    from d3ray.train.scheduling.snapshot import ship_optimizer_state, ship_state
 
     return [ship_state(snap.weights, dtype), ship_optimizer_state(snap.optimizer, dtype)]
 
@@ -58,7 +58,7 @@ def bench_snapshot_dtype(model: str, cfg_dict: dict, snap: TrainedWeights, corpu
     from d3ray.influence.config import InfluenceConfig, SjltSketchConfig
     from d3ray.influence.estimators import LookaheadConfig
     from d3ray.influence.worker import InfluenceWorker
-    from d3ray.train.snapshot import snapshot_nbytes
+    from d3ray.train.scheduling.snapshot import snapshot_nbytes
 
     started = time.perf_counter()
     parts = {dtype: snapshot_parts(snap, dtype) for dtype in DTYPES}

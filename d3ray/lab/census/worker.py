@@ -185,7 +185,7 @@ class CensusWorker:
         from d3ray.data.labels import lm_labels
         from d3ray.influence.estimators import LookaheadConfig
         from d3ray.influence.worker import InfluenceWorker
-        from d3ray.train.snapshot import snapshot_optimizer_state, snapshot_weights
+        from d3ray.train.scheduling.snapshot import snapshot_optimizer_state, snapshot_weights
 
         start = time.perf_counter()
         self.load(checkpoint)

@@ -16,7 +16,7 @@ from d3ray.solver import RsrConfig, SolverConfig
 #: ``residual: none`` and the AdamW step: the exact drift potential f_i = <g_i, w> of an eighth of each batch's
 #: sequences, nothing sketched, the order the sort by f), scored by the trainers themselves, each rank an equal
 #: share between chunks (``placement: {type: in_trainer}``; under ZeRO 0-2 the potential on the whole module,
-#: d3ray/train/trainer_potential.py): on a laptop an influence actor shares the trainers' cores, and its work
+#: d3ray/train/scheduling/trainer_potential.py): on a laptop an influence actor shares the trainers' cores, and its work
 #: on one lock-step rank holds back every rank; and chunk 0 in stream order (its influence could overlap
 #: nothing: the trainers' first step would wait for it; ``schedule.first_chunk``). The GPU configs in
 #: jobs/configs/ name ``placement: {type: actors, num_gpus: ...}``; on a CPU box

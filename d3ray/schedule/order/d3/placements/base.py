@@ -61,7 +61,7 @@ class PlacementConfig(ChoiceConfig):
         return None
 
     def trainer_requests(self, d3: D3ScheduleConfig) -> TrainerRequests:
-        """What the trainers do for this placement (d3ray/train/trainer_side.py carries it out)."""
+        """What the trainers do for this placement (d3ray/train/scheduling/trainer_side.py carries it out)."""
         return TrainerRequests()
 
     def actor_requests(self, d3: D3ScheduleConfig) -> list[ActorRequest]:

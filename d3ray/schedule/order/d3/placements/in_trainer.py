@@ -1,9 +1,9 @@
 """``placement: {type: in_trainer}``: the trainer ranks score each next chunk themselves between chunks, each
 rank an equal share, and no weights move; the coordinator gets the chunk's f (or S) from them.
 
-    trainers, between chunks (d3ray/train/trainer_side.py, a SketchRequest):
-      ZeRO 0-2, the potential alone: f on the whole module (d3ray/train/trainer_potential.py)
-      ZeRO-3: sketches on the parameter shards, merged into S on rank 0 (d3ray/train/sharded_influence.py)
+    trainers, between chunks (d3ray/train/scheduling/trainer_side.py, a SketchRequest):
+      ZeRO 0-2, the potential alone: f on the whole module (d3ray/train/scheduling/trainer_potential.py)
+      ZeRO-3: sketches on the parameter shards, merged into S on rank 0 (d3ray/train/scheduling/sharded_influence.py)
     submit(chunk): the trainers' f ─► sorted here and now (no S, no solver, no actor), or their S ─► the solver pool
 
 It costs trainer time, but where an actor would share the trainers' cores (a CPU box) that is cheaper

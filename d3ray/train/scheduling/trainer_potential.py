@@ -7,7 +7,7 @@ or a GPU that is all the trainers'), its work lands on one rank, and the lock-st
 one at the next all-reduce: the pair loses about twice what the actor takes (README.md, "Benchmarks").
 Here every rank does an equal share, in step with the others, and no weights snapshot is published:
 
-    the AdamW state, whole on every rank (train/snapshot.py: ``full_optimizer_state``; ZeRO-1/2 all-reduce
+    the AdamW state, whole on every rank (train/scheduling/snapshot.py: ``full_optimizer_state``; ZeRO-1/2 all-reduce
     it a bucket at a time, ZeRO-0 reads its own)
         │ w = λθ + β1·m ⊘ (b1·d₀)                                   eq. P1 (influence/potential.py)
         ▼
@@ -86,7 +86,7 @@ class TrainerPotential:
             batch_ids: their global batch ids.
         """
         from d3ray.data.labels import lm_labels
-        from d3ray.train.snapshot import full_optimizer_state
+        from d3ray.train.scheduling.snapshot import full_optimizer_state
 
         start = time.perf_counter()
         state = full_optimizer_state(self.trainer)  # a collective: every rank, every chunk

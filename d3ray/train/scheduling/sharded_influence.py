@@ -1,7 +1,7 @@
 """In-trainer influence: the trainer ranks sketch a chunk on their own ZeRO-3 shards.
 
 ``schedule.placement: {type: in_trainer}`` (D3, a ``SketchRequest``). This module is the engine (the
-math on the shards); d3ray/train/trainer_side.py decides when, asks the coordinator for the chunk and
+math on the shards); d3ray/train/scheduling/trainer_side.py decides when, asks the coordinator for the chunk and
 hands it the S. Between chunks, every trainer rank scores the chunk the coordinator asks for, and no
 process ever holds the full weights or a full gradient:
 
@@ -177,7 +177,12 @@ class ShardedScorer:
         """(θ slices, AdamW state of the slices or None): the optimizer's fp32 partitions, no gather."""
         from deepspeed.utils import safe_get_local_fp32_param, safe_get_local_optimizer_state
 
-        from d3ray.train.snapshot import adamw_hyperparameters, adamw_started, adamw_step, base_optimizer
+        from d3ray.train.scheduling.snapshot import (
+            adamw_hyperparameters,
+            adamw_started,
+            adamw_step,
+            base_optimizer,
+        )
 
         theta = {n: self._slice(n, safe_get_local_fp32_param(p)) for n, p in self.params.items()}
         if not self.config.needs_optimizer_state:

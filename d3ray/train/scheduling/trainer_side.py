@@ -5,10 +5,10 @@ them once and hands them to the coordinator (what to wait for) and to every trai
 
     TrainerRequests
         snapshot ─► the weights (and AdamW state) of version v, in the requested dtype: every rank takes
-                    part in the ZeRO gathers (d3ray/train/snapshot.py), rank 0 hands the refs to the coordinator
+                    part in the ZeRO gathers (d3ray/train/scheduling/snapshot.py), rank 0 hands the refs to the coordinator
         sketch   ─► the chunks due at version v, scored by the ranks themselves: sketched on their ZeRO-3
-                    shards (d3ray/train/sharded_influence.py), or under ZeRO 0-2 the drift potential alone
-                    on the whole module, each rank a share of the batches (d3ray/train/trainer_potential.py);
+                    shards (d3ray/train/scheduling/sharded_influence.py), or under ZeRO 0-2 the drift potential alone
+                    on the whole module, each rank a share of the batches (d3ray/train/scheduling/trainer_potential.py);
                     rank 0 sends each chunk's S, or for the potential alone its L numbers f (sorted by the
                     coordinator: no S is built), to the coordinator
         feedback ─► the per-sample losses of every trained chunk, from rank 0 (one call per chunk)
@@ -44,10 +44,10 @@ __all__ = ["TrainerSide", "chunk_feedback", "publish_snapshot", "sketch_due_chun
 def publish_snapshot(trainer: TrainerRank, coordinator: Any, version: int, request: SnapshotRequest) -> None:
     """Put the state dict (and the AdamW state if asked), in the requested dtype, in the object store
     and hand the refs and their byte size (the schedule log's ``snapshot_bytes``) to the coordinator.
-    Collectives under ZeRO (d3ray/train/snapshot.py): every rank calls."""
+    Collectives under ZeRO (d3ray/train/scheduling/snapshot.py): every rank calls."""
     import ray
 
-    from d3ray.train.snapshot import snapshot_nbytes, snapshot_optimizer_state, snapshot_weights
+    from d3ray.train.scheduling.snapshot import snapshot_nbytes, snapshot_optimizer_state, snapshot_weights
 
     parts = [snapshot_weights(trainer, request.dtype)]
     if request.optimizer_state:
@@ -66,8 +66,8 @@ def sketch_due_chunks(scorer: Any, request: SketchRequest, total_chunks: int, co
     Rank 0 asks the coordinator for each chunk's batches (None: a chunk restored from a checkpoint, or
     sketched before a rollback, needs none), fetches them and broadcasts them to the other ranks (tens of
     KiB of token ids: one Ray round trip per chunk, not one per rank); then every rank scores the same
-    batches together (``scorer``: a :class:`~d3ray.train.sharded_influence.ShardedScorer` or a
-    :class:`~d3ray.train.trainer_potential.TrainerPotential`). The potential alone leaves rank 0 as the L
+    batches together (``scorer``: a :class:`~d3ray.train.scheduling.sharded_influence.ShardedScorer` or a
+    :class:`~d3ray.train.scheduling.trainer_potential.TrainerPotential`). The potential alone leaves rank 0 as the L
     numbers f (a ``ChunkPotential``: the coordinator sorts them); anything else as the chunk's S.
     """
     import ray
@@ -134,11 +134,11 @@ class TrainerSide:
         self.logs: Any = None
         self.scorer = None
         if requests.sketch is not None and trainer.zero_stage < 3:  # whole parameters: the potential on the module
-            from d3ray.train.trainer_potential import TrainerPotential
+            from d3ray.train.scheduling.trainer_potential import TrainerPotential
 
             self.scorer = TrainerPotential(trainer, requests.sketch.influence, run_dir=run_dir)
         elif requests.sketch is not None:  # ZeRO-3: sketches of the gradient slices
-            from d3ray.train.sharded_influence import ShardedScorer
+            from d3ray.train.scheduling.sharded_influence import ShardedScorer
 
             self.scorer = ShardedScorer(trainer, requests.sketch.influence, run_dir=run_dir)
 

@@ -272,7 +272,7 @@ def _optimizer_moments(engine: Any, zero_stage: int, named: list[tuple[str, Any]
 
 def full_optimizer_state(trainer: TrainerRank) -> AdamWState:
     """The AdamW state of ``trainer``'s DeepSpeed engine (ZeRO 0-2) by parameter name, m and v float32
-    and whole, on every rank: what in-trainer scoring needs (``d3ray/train/trainer_potential.py``). Every rank must call
+    and whole, on every rank: what in-trainer scoring needs (``d3ray/train/scheduling/trainer_potential.py``). Every rank must call
     it (the same all-reduces as :func:`snapshot_optimizer_state`, whose result every rank holds anyway).
     The tensors may be the optimizer's own: read them before the next step.
 
