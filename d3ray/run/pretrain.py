@@ -140,8 +140,9 @@ def _run_pretrain(cfg: RunConfig, callbacks: Any) -> dict[str, Any]:
             ).remote(make_stream, scheduler, requests, schedule.prefetch_chunks, schedule.staleness, schedule.deadline_s,
                      str(run_dir), draws_mixture=schedule.draws_mixture)
         # Every version of the weights, 0 included, comes from the trainers (d3ray/train/scheduling/trainer_side.py).
-        spec = WorkerSpec(cfg=cfg, model_config=model_config, coordinator=coordinator, eval_sets=eval_ref,
-                          tokenizer_dir=str(prepared.tokenizer_dir), requests=requests,
+        spec = WorkerSpec(train=cfg.train, model=cfg.model, seed=cfg.seed, run_name=cfg.name, run_dir=run_dir,
+                          run_config=to_dict(cfg), model_config=model_config, coordinator=coordinator,
+                          eval_sets=eval_ref, tokenizer_dir=str(prepared.tokenizer_dir), requests=requests,
                           eval_tasks=[ray.put(eval_tasks)] if eval_tasks else [])
         trainer = TorchTrainer(
             train_loop_per_worker,

@@ -25,22 +25,34 @@ import logging
 import time
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from d3ray.config import RunConfig
+from d3ray.model import ModelConfig
 from d3ray.schedule.scheduler import TrainerRequests
+from d3ray.train.config import TrainConfig
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """Everything a worker needs, passed through ``train_loop_config`` (no globals)."""
+    """Everything a worker needs, passed through ``train_loop_config`` (no globals): the train and model
+    configs and the run's seed, name and directory the driver resolved, not the whole run config (the
+    worker sits below it, d3ray/run/pretrain.py builds this)."""
 
-    cfg: RunConfig
+    train: TrainConfig
+    model: ModelConfig
+    seed: int
+    run_name: str
+    run_dir: Path
+    """Absolute: the workers run in other directories."""
+    run_config: dict[str, Any]
+    """The resolved run config as plain values (``to_dict``): what the trackers record as the run's config."""
     model_config: dict[str, Any]
+    """The transformers config dict the driver resolved (vocabulary, context length)."""
     coordinator: Any
     eval_sets: list[Any]
     """[ObjectRef of dict name → (n, T) int32], list-wrapped so Ray does not resolve it early."""
@@ -129,7 +141,6 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     import ray.train
 
     from d3ray import faults
-    from d3ray.config_loading import to_dict
     from d3ray.errors import UserError
     from d3ray.model import lora_base_model
     from d3ray.run_files import route_logs_to_run_dir
@@ -142,21 +153,21 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
 
     # ---- build: this rank, its engine, the trainer side of the scheduler --------------------------------
     spec: WorkerSpec = config["spec"]
-    cfg, tcfg, coordinator = spec.cfg, spec.cfg.train, spec.coordinator
+    tcfg, coordinator, run_dir = spec.train, spec.coordinator, spec.run_dir
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    route_logs_to_run_dir(cfg.run_dir, f"trainer-{rank}")
+    route_logs_to_run_dir(run_dir, f"trainer-{rank}")
     if world != tcfg.num_workers:
         raise RuntimeError(f"expected {tcfg.num_workers} workers, Ray Train started {world}")
-    trainer, device = start_trainer_rank(cfg, spec.model_config, rank, world)
+    trainer, device = start_trainer_rank(tcfg, spec.model, spec.seed, spec.model_config, rank, world)
     engine = trainer.engine
-    trainer_side = TrainerSide(spec.requests, trainer, coordinator, tcfg.steps, cfg.run_dir)
-    base_model = lora_base_model(cfg.model)
+    trainer_side = TrainerSide(spec.requests, trainer, coordinator, tcfg.steps, run_dir)
+    base_model = lora_base_model(spec.model)
 
     # ---- restore: engine, RNG, data cursor, schedule state ---------------------------------------------
     state = resume(trainer, tcfg, coordinator, trainer_side, base_model)
-    logs = RunLogs(cfg.run_dir, state.step, state.next_chunk + (1 if state.position else 0), report_to=tcfg.report_to,
-                   run_name=cfg.name, config=to_dict(cfg)) if trainer.is_rank0 else None
+    logs = RunLogs(run_dir, state.step, state.next_chunk + (1 if state.position else 0), report_to=tcfg.report_to,
+                   run_name=spec.run_name, config=spec.run_config) if trainer.is_rank0 else None
     evaluator = Evaluator(trainer, ray.get(spec.eval_sets[0]) if spec.eval_sets else {},
                           ray.get(spec.eval_tasks[0]) if spec.eval_tasks else [], spec.tokenizer_dir,
                           tcfg.micro_batch_size, device, tcfg.eval_every, logs)
@@ -189,7 +200,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             step_start = time.perf_counter()
             batch = ray.get(pending)
             pending = chunk.batch_refs[p + 1] if p + 1 < chunk.steps else None
-            faults.inject(cfg.run_dir, "train_step", rank=rank, step=state.step)
+            faults.inject(run_dir, "train_step", rank=rank, step=state.step)
             step_stats = train_step(engine, batch, my_rows, tcfg.micro_batch_size, device,
                                     partial(micro_weights, chunk, p))
             stats = all_ranks(step_stats, world)  # (W, 1 + B/W): every rank's step loss and per-sample losses

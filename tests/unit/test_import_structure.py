@@ -63,12 +63,13 @@ LAYERS: list[tuple[str, list[str]]] = [
     # checkpoint -> Hugging Face directory (data, LoRA and the run files only; the driver hands it to the
     # mixers' pre-runs, DoReMi's reference)
     ("export", ["d3ray.export"]),
-    # the run config (RunConfig composes the stage configs) and the worker: Ray Train + DeepSpeed trainers;
+    # the worker: Ray Train + DeepSpeed trainers (it gets the train and model configs, never the RunConfig);
     # beside it, the scheduler's work on the ranks (train/scheduling/: it takes the worker's TrainerRank
     # and collectives, and the loop builds its TrainerSide: one layer)
-    ("train", ["d3ray.config", "d3ray.train", "d3ray.train.scheduling"]),
-    # the driver: prepare, preflight, cluster env, the coordinator and the fit (it imports the worker)
-    ("run", ["d3ray.run"]),
+    ("train", ["d3ray.train", "d3ray.train.scheduling"]),
+    # the run: RunConfig composes the stage configs; the driver (prepare, preflight, cluster env, the
+    # coordinator and the fit) imports the worker, never the reverse
+    ("run", ["d3ray.config", "d3ray.run"]),
     # after a run: run-directory plots
     ("after the run", ["d3ray.plot"]),
     # Ray Tune sweeps over whole runs
@@ -419,3 +420,13 @@ def test_every_folder_is_a_layer_and_the_lab_sits_above_the_product():
     lab = layer_of(LAB)
     assert all(layer_of(f"{LAB}.{p.parent.name}") == lab for p in (REPO / PACKAGE / "lab").glob("*/__init__.py"))
     assert lab == len(PRODUCT_LAYERS) and [name for name, _ in LAYERS[lab:]] == ["lab", "front door"]
+
+
+def test_the_driver_and_the_run_config_sit_above_the_worker_and_the_model_below():
+    """The driver (d3ray/run/) imports the worker, whose function Ray Train ships by reference, never the
+    reverse; the worker gets the train and model configs, not the RunConfig; the scheduler's work on the
+    ranks (d3ray/train/scheduling/) is the worker's layer; the model sits below influence and the worker."""
+    worker = layer_of("d3ray.train.loop")
+    assert layer_of("d3ray.train.scheduling.trainer_side") == worker
+    assert layer_of("d3ray.run.pretrain") > worker and layer_of("d3ray.config") > worker
+    assert layer_of("d3ray.model.causal_lm") < layer_of("d3ray.influence.worker") < worker
