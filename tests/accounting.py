@@ -12,7 +12,7 @@ from d3ray.config_loading import from_dict
 from d3ray.run_files import read_jsonl
 
 
-def assert_exactly_once_in_logged_order(run_dir: Path, chunks: list, steps: int, chunk_len: int) -> dict:
+def assert_exactly_once_in_logged_order(run_dir: Path, chunks: list, steps: int, L: int) -> dict:
     """Trained sample ids == produced ones (as multisets), and each chunk trained in its logged order."""
     cfg = from_dict(RunConfig, yaml.safe_load((run_dir / "config.yaml").read_text()))
     assert cfg.schedule.type_name == "d3"
@@ -25,7 +25,7 @@ def assert_exactly_once_in_logged_order(run_dir: Path, chunks: list, steps: int,
     assert sorted(schedule) == list(range(len(chunks)))
     for r in rows:
         logged = schedule[r["chunk_id"]]["order"]
-        assert sorted(logged) == list(range(chunk_len))
+        assert sorted(logged) == list(range(L))
         assert tuple(r["sample_ids"]) == tuple(f"{sid}" for sid in chunks[r["chunk_id"]][logged[r["position"]]])
     return schedule
 

@@ -103,7 +103,7 @@ def test_odm_exploration_rate_at_hand_computed_steps_follows_the_papers_schedule
 def test_odm_step_counts_the_training_steps_of_a_chunks_first_batch_after_the_warmup():
     assert [odm_step(c, 8, 0) for c in range(3)] == [1, 9, 17]
     assert [odm_step(c, 8, 2) for c in range(5)] == [0, 0, 1, 9, 17]  # warmup chunks: t = 0, uniform
-    mixer = OdmMixer(["a", "b"], alpha=0.9, warmup_chunks=1, reward_scale=1.0, batches_per_chunk=4)
+    mixer = OdmMixer(["a", "b"], alpha=0.9, warmup_chunks=1, reward_scale=1.0, L=4)
     assert mixer.record(3)["odm_t"] == 9 and mixer.record(3)["odm_epsilon"] == exploration_rate(9, 2)
 
 
@@ -112,7 +112,7 @@ def test_odm_seven_domains_at_L_8_leave_uniform_at_the_third_chunk_with_one_chun
     10%) is drawn at the paper's t = 17 after the feedback of chunk 0 (staleness 1). Counting chunk
     updates instead (t = 1), ε_t = 1/K and the mixture is exactly uniform, whatever the feedback."""
     domains = [f"d{i}" for i in range(7)]
-    odm = MixScheduler(OdmMixer(domains, alpha=0.9, warmup_chunks=0, reward_scale=1.0, batches_per_chunk=8),
+    odm = MixScheduler(OdmMixer(domains, alpha=0.9, warmup_chunks=0, reward_scale=1.0, L=8),
                        RandomScheduler(0), "odm")
     uniform = {d: pytest.approx(1 / 7, abs=1e-12) for d in domains}
     assert odm.mixture(0) == uniform and odm.mixture(1) == uniform
@@ -137,7 +137,7 @@ def test_odm_importance_weighted_reward_is_unbiased_for_the_domain_loss():
 
 def test_odm_shifts_weight_to_the_domain_whose_loss_stays_high_away_from_the_one_falling_fastest():
     domains = ("a", "b", "c")
-    odm = MixScheduler(OdmMixer(list(domains), alpha=0.5, warmup_chunks=0, reward_scale=1.0, batches_per_chunk=1),
+    odm = MixScheduler(OdmMixer(list(domains), alpha=0.5, warmup_chunks=0, reward_scale=1.0, L=1),
                        RandomScheduler(0), "odm")
     # a's loss falls fastest (6 → 1), b's slowly (6 → 4.5), c stays at 3: the reward is the loss (the paper),
     # so ODM moves towards what is still hard (b) and away from what was learned (a).
@@ -183,7 +183,7 @@ def test_mix_scheduler_restored_from_its_state_decides_like_the_uninterrupted_on
     domains = ["a", "b"]
 
     def odm():
-        return MixScheduler(OdmMixer(domains, 0.9, 1, 1.0, batches_per_chunk=4), RandomScheduler(0), "odm")
+        return MixScheduler(OdmMixer(domains, 0.9, 1, 1.0, L=4), RandomScheduler(0), "odm")
 
     stream = [{"a": 5.0 - 0.1 * t, "b": 4.0} for t in range(12)]
     full = odm()

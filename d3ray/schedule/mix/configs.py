@@ -89,7 +89,7 @@ class OdmMixConfig(MixScheduleConfig):
     def build_mixer(self, ctx: BuildContext, domains: list[str]) -> Any:
         from d3ray.schedule.mix.odm import OdmMixer
 
-        return OdmMixer(domains, self.alpha, self.warmup_chunks, self.reward_scale, batches_per_chunk=self.L)
+        return OdmMixer(domains, self.alpha, self.warmup_chunks, self.reward_scale, L=self.L)
 
 
 @ScheduleConfig.register("doremi")

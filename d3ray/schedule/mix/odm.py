@@ -54,12 +54,12 @@ def exploration_rate(t: int, k: int) -> float:
     return min(1.0 / k, math.sqrt(math.log(k) / (k * t)))
 
 
-def odm_step(chunk_id: int, batches_per_chunk: int, warmup_chunks: int) -> int:
+def odm_step(chunk_id: int, L: int, warmup_chunks: int) -> int:
     """The paper's t of chunk ``chunk_id``: the step of its first batch counted from the end of the
     warmup, ``(chunk_id − warmup_chunks)·L + 1``; 0 for a warmup chunk (drawn uniformly)."""
     if chunk_id < warmup_chunks:
         return 0
-    return (chunk_id - warmup_chunks) * batches_per_chunk + 1
+    return (chunk_id - warmup_chunks) * L + 1
 
 
 def odm_policy(rewards: np.ndarray, t: int) -> np.ndarray:
@@ -101,20 +101,20 @@ class OdmMixer(MixerBase):
         alpha: smoothing of the reward estimates.
         warmup_chunks: chunks drawn uniformly first (their feedback is not used).
         reward_scale: multiplies the reward (the loss).
-        batches_per_chunk: L, the training steps of a chunk (the exploration schedule counts steps).
+        L: the batches of a chunk, its training steps (the exploration schedule counts steps).
     """
 
     def __init__(self, domains: list[str], alpha: float, warmup_chunks: int, reward_scale: float,
-                 batches_per_chunk: int) -> None:
+                 L: int) -> None:
         self.domains = list(domains)
         self.alpha, self.warmup_chunks, self.reward_scale = alpha, warmup_chunks, reward_scale
-        self.batches_per_chunk = batches_per_chunk
+        self.L = L
         self.rewards = np.zeros(len(self.domains))
         self.updates = 0
 
     def step(self, chunk_id: int) -> int:
         """The paper's t of chunk ``chunk_id`` (:func:`odm_step`)."""
-        return odm_step(chunk_id, self.batches_per_chunk, self.warmup_chunks)
+        return odm_step(chunk_id, self.L, self.warmup_chunks)
 
     def decide(self, chunk_id: int) -> dict[str, float]:
         pi = odm_policy(self.rewards, self.step(chunk_id))
@@ -124,7 +124,7 @@ class OdmMixer(MixerBase):
         if feedback.chunk_id < self.warmup_chunks:
             return
         r = chunk_rewards(self.domains, feedback.domains, feedback.losses, mixture, self.reward_scale)
-        decay = self.alpha ** self.batches_per_chunk  # the paper's per-batch α, over the chunk's L batches
+        decay = self.alpha ** self.L  # the paper's per-batch α, over the chunk's L batches
         self.rewards = decay * self.rewards + (1.0 - decay) * r
         self.updates += 1
 
