@@ -13,26 +13,26 @@ from d3ray.lab.census.census import CensusOptions, check_inputs, choose_checkpoi
 
 
 def test_choose_checkpoints_requested_inside_stream_kept_sorted():
-    assert choose_checkpoints([0, 2, 4, 6], total_chunks=8, chunks=2, persist=0, requested=[4, 2], count=3,
+    assert choose_checkpoints([0, 2, 4, 6], whole_chunks=8, chunks=2, persist=0, requested=[4, 2], count=3,
                               warmup=None) == [2, 4]
 
 
 def test_choose_checkpoints_past_end_or_missing_raise_naming_them():
     with pytest.raises(UserError, match=r"chunks 6\.\.8 .* past the end .*\(chunks 0\.\.7\)"):
-        choose_checkpoints([0, 2, 4, 6], total_chunks=8, chunks=2, persist=1, requested=[6], count=3, warmup=None)
+        choose_checkpoints([0, 2, 4, 6], whole_chunks=8, chunks=2, persist=1, requested=[6], count=3, warmup=None)
     with pytest.raises(UserError, match=r"no checkpoint at chunk 3 \(it has \[0, 2, 4, 6\]\)"):
-        choose_checkpoints([0, 2, 4, 6], total_chunks=8, chunks=1, persist=0, requested=[3], count=3, warmup=None)
+        choose_checkpoints([0, 2, 4, 6], whole_chunks=8, chunks=1, persist=0, requested=[3], count=3, warmup=None)
 
 
 def test_choose_checkpoints_automatic_evenly_spaced_past_warmup():
     # warm-up 8 of 32 chunks (a quarter); the checkpoints that leave 2 chunks: 8, 10, ..., 30 → ends and middle
     available = list(range(0, 33, 2))
-    assert choose_checkpoints(available, total_chunks=32, chunks=2, persist=0, requested=None, count=3,
+    assert choose_checkpoints(available, whole_chunks=32, chunks=2, persist=0, requested=None, count=3,
                               warmup=None) == [8, 20, 30]
-    assert choose_checkpoints(available, total_chunks=32, chunks=2, persist=0, requested=None, count=1,
+    assert choose_checkpoints(available, whole_chunks=32, chunks=2, persist=0, requested=None, count=1,
                               warmup=30) == [30]
     with pytest.raises(UserError, match="no checkpoint at or past chunk 31"):
-        choose_checkpoints(available, total_chunks=32, chunks=2, persist=0, requested=None, count=3, warmup=31)
+        choose_checkpoints(available, whole_chunks=32, chunks=2, persist=0, requested=None, count=3, warmup=31)
 
 
 def write_run(root, overrides, checkpoints):
@@ -87,7 +87,7 @@ def test_check_inputs_mixer_missing_eval_file_and_large_all_orders_refused_zero2
     run = write_run(tmp_path / "rand", ["--schedule.type=random", "--schedule.L=8", "--train.steps=32",
                                         "--train.zero_stage=0"], [1, 2])
     info = load_run(run)
-    assert info.total_chunks == 4 and sorted(info.checkpoints) == [1, 2]
+    assert info.whole_chunks == 4 and sorted(info.checkpoints) == [1, 2]
     with pytest.raises(UserError, match="missing.txt: no such file"):
         check_inputs(info, CensusOptions(run_dir=run, out=tmp_path / "o", eval_files=[str(tmp_path / "missing.txt")]))
     with pytest.raises(UserError, match="L <= 5"):
@@ -176,3 +176,17 @@ def test_a_checkpoint_without_model_states_or_deepspeed_state_is_refused_naming_
     (run / "checkpoint_1" / "deepspeed" / "ds" / "zero_pp_rank_0_mp_rank_00_optim_states.pt").unlink()
     with pytest.raises(UserError, match=r"checkpoint_1 cannot be restored: the optimizer shard of rank\(s\) 0 "):
         check_inputs(load_run(run), CensusOptions(run_dir=run, out=tmp_path / "o", checkpoints=[1]))
+
+
+def test_the_census_counts_whole_chunks_not_the_runs_chunks(tmp_path):
+    """A last chunk that train.steps cuts short is one of the run's chunks (``total_chunks``, ⌈steps / L⌉)
+    but holds no census window: the census branches only inside ⌊steps / L⌋ whole chunks."""
+    from d3ray.data.chunker import total_chunks
+
+    run = write_run(tmp_path / "cut", ["--schedule.type=random", "--schedule.L=8", "--train.steps=30",
+                                       "--train.zero_stage=0"], [1, 2])
+    info = load_run(run)
+    assert info.whole_chunks == 3 and total_chunks(30, 8) == 4
+    with pytest.raises(UserError, match=r"chunks 2\.\.3 .* past the end .*\(chunks 0\.\.2\)"):
+        choose_checkpoints(sorted(info.checkpoints), info.whole_chunks, chunks=2, persist=0, requested=[2], count=1,
+                           warmup=None)

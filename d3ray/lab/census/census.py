@@ -93,9 +93,10 @@ class RunInfo:
     checkpoints: dict[int, Path]
     """next_chunk → checkpoint directory (chunk-boundary checkpoints only)."""
     run_orders: dict[int, tuple[int, ...]]
-    total_chunks: int
-    """Whole chunks the run trained: chunks 0 .. total_chunks − 1, ⌊train.steps / L⌋ (a last chunk that
-    train.steps cut short, which ``d3ray.data.chunker.total_chunks`` counts, holds no census window)."""
+    whole_chunks: int
+    """Whole chunks the run trained: chunks 0 .. whole_chunks − 1, ⌊train.steps / L⌋. Not the run's chunk
+    count, ``d3ray.data.chunker.total_chunks`` (⌈train.steps / L⌉): a last chunk that train.steps cut short
+    holds no census window."""
 
 
 def load_run(run_dir: Path) -> RunInfo:
@@ -126,13 +127,13 @@ def load_run(run_dir: Path) -> RunInfo:
     log = run_dir / "schedule_log.jsonl"
     run_orders = {int(r["chunk_id"]): tuple(int(i) for i in r["order"]) for r in read_jsonl(log)} if log.is_file() else {}
     return RunInfo(cfg=cfg, checkpoints={k: v[1] for k, v in sorted(checkpoints.items())}, run_orders=run_orders,
-                   total_chunks=cfg.train.steps // cfg.schedule.L)
+                   whole_chunks=cfg.train.steps // cfg.schedule.L)
 
 
-def choose_checkpoints(available: list[int], total_chunks: int, chunks: int, persist: int,
+def choose_checkpoints(available: list[int], whole_chunks: int, chunks: int, persist: int,
                        requested: list[int] | None, count: int, warmup: int | None) -> list[int]:
     """The checkpoints K to branch from: ``requested`` (each must exist and leave K + chunks + persist
-    inside the run's stream), or ``count`` evenly spaced among those at or past ``warmup``.
+    inside the run's ``whole_chunks``), or ``count`` evenly spaced among those at or past ``warmup``.
 
     Raises:
         UserError: a requested checkpoint does not exist, or its chunks run past the end of the stream.
@@ -143,15 +144,15 @@ def choose_checkpoints(available: list[int], total_chunks: int, chunks: int, per
             if K not in available:
                 raise UserError(f"census: the run has no checkpoint at chunk {K} (it has {available}); "
                                 "pick one of those with --checkpoints")
-            if K + need > total_chunks:
+            if K + need > whole_chunks:
                 raise UserError(f"census: chunks {K}..{K + need - 1} (checkpoint {K} + {chunks} chunks + {persist} "
-                                f"persist) run past the end of the run's stream (chunks 0..{total_chunks - 1})")
+                                f"persist) run past the end of the run's stream (chunks 0..{whole_chunks - 1})")
         return sorted(set(requested))
-    start = total_chunks // 4 if warmup is None else warmup
-    fits = [K for K in available if K >= start and K + need <= total_chunks]
+    start = whole_chunks // 4 if warmup is None else warmup
+    fits = [K for K in available if K >= start and K + need <= whole_chunks]
     if not fits:
         raise UserError(f"census: no checkpoint at or past chunk {start} leaves {need} chunks before the end of the "
-                        f"run's stream (chunks 0..{total_chunks - 1}; checkpoints at {available}); lower "
+                        f"run's stream (chunks 0..{whole_chunks - 1}; checkpoints at {available}); lower "
                         "--chunks / --persist / --warmup-chunks or give --checkpoints")
     picks = np.unique(np.round(np.linspace(0, len(fits) - 1, min(count, len(fits)))).astype(int))
     return [fits[i] for i in picks]
@@ -216,7 +217,7 @@ def check_inputs(info: RunInfo, options: CensusOptions) -> list[int]:
     if options.chunks < 1 or options.random_orders < 2:
         raise UserError("census: --chunks must be >= 1 and --random-orders >= 2 (a spread needs two)")
     check_out_dir(options, schedule.L)
-    Ks = choose_checkpoints(sorted(info.checkpoints), info.total_chunks, options.chunks, options.persist,
+    Ks = choose_checkpoints(sorted(info.checkpoints), info.whole_chunks, options.chunks, options.persist,
                             options.checkpoints, options.num_checkpoints, options.warmup_chunks)
     for K in Ks:  # the branches' checkpoints, and the next ones the run's own order is compared with
         for k in (K, K + 1):
