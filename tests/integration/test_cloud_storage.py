@@ -27,7 +27,7 @@ from tests.conftest import make_corpus, start_local_ray
 pytest.importorskip("moto.server", reason="moto[server] is not installed (pip install -e '.[dev]')")
 pytest.importorskip("s3fs", reason="s3fs is not installed (pip install -e '.[cloud]')")
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.own_ray, pytest.mark.xdist_group("own_ray")]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.own_ray]
 
 BUCKET = "d3ray-test"
 STEPS = 16  # 2 chunks of L=8 steps; a checkpoint after each chunk

@@ -19,7 +19,7 @@ from d3ray.faults import FaultPlan, marker, write_plan
 from tests.accounting import assert_exactly_once_in_logged_order, produce_chunks
 from tests.conftest import make_corpus
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.own_ray, pytest.mark.xdist_group("own_ray")]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.own_ray]
 
 STEPS, L = 16, 4
 
