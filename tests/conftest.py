@@ -59,7 +59,13 @@ def start_local_ray():
     from d3ray.run.cluster import init_local_ray
 
     if not ray.is_initialized():
-        init_local_ray(num_cpus=4, log_to_driver=False)
+        try:
+            init_local_ray(num_cpus=4, log_to_driver=False)
+        except Exception as err:  # Ray waits 30 s (fixed) for its raylet: a box loaded by the other worker may miss it
+            if "timed out during startup" not in str(err):
+                raise
+            ray.shutdown()
+            init_local_ray(num_cpus=4, log_to_driver=False)
     return ray
 
 
