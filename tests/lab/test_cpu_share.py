@@ -28,7 +28,9 @@ def test_role_of_a_process_title(cmdline, role):
 
 @pytest.mark.skipif(not PROC.joinpath("self", "stat").is_file(), reason="needs Linux /proc")
 def test_cpu_time_of_a_child_is_counted_under_its_role():
-    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.0: pass"
+    # after its 1 s of CPU the child idles for three sampling intervals: the sampler reads a process's time at
+    # each interval, so a child that exited at once would lose up to the last one (CpuShare's docstring)
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.0: pass\ntime.sleep(0.6)"
     with CpuShare(interval_s=0.2) as share:
         # the child titled as a Ray actor of a class nothing else on the box runs: its role is its own, whatever
         # else the box is doing (the rest of the box's processes count as "other")
