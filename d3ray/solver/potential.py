@@ -22,7 +22,7 @@ import numpy as np
 
 from d3ray.solver.problem import ordering_cost
 
-__all__ = ["PotentialShortcut", "fit_potential", "potential_shortcut", "sort_by_potential"]
+__all__ = ["PotentialShortcut", "fit_potential", "potential_matrix", "potential_shortcut", "sort_by_potential"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -105,9 +105,19 @@ def sort_by_potential(f: np.ndarray, excluded: np.ndarray | None = None,
     bad = ~np.isfinite(f)
     if excluded is not None:
         bad |= np.asarray(excluded, dtype=bool)
+    key = fit_potential(potential_matrix(f, bad, step_size))
+    return np.lexsort((np.arange(f.shape[0]), key)).astype(np.int64), bad
+
+
+def potential_matrix(f: np.ndarray, excluded: np.ndarray, step_size: float) -> np.ndarray:
+    """S = η·(f_j − f_i) (eq. P3 of d3ray/influence/potential.py), zero in the rows and columns of the excluded
+    and non-finite batches, built with the same operations as the influence merge builds it: the S the
+    solvers were given for a potential, for :func:`sort_by_potential`'s key and where an S is asked for
+    (``save_matrices``, the ``exact`` reference solver on a potential)."""
+    f = np.asarray(f, dtype=np.float64)
+    bad = np.asarray(excluded, dtype=bool) | ~np.isfinite(f)
     kept = np.where(bad, 0.0, f)
-    S = step_size * (kept[None, :] - kept[:, None])  # S[i, j] = η·(f_j − f_i), as the merge builds it
+    S = step_size * (kept[None, :] - kept[:, None])  # S[i, j] = η·(f_j − f_i), as potential_antisymmetric
     S[bad, :] = 0.0
     S[:, bad] = 0.0
-    key = fit_potential(S)
-    return np.lexsort((np.arange(f.shape[0]), key)).astype(np.int64), bad
+    return S

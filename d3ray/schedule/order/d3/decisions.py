@@ -25,7 +25,7 @@ from d3ray.ray_refs import Deadline, result_by_deadline
 from d3ray.schedule.scheduler import ChunkDecision
 from d3ray.solver import ordering_cost, row_sum_order
 from d3ray.solver.loss_change import forward_weight, potential_forward_weight, predicted_loss_change
-from d3ray.solver.potential import sort_by_potential
+from d3ray.solver.potential import potential_matrix, sort_by_potential
 
 if TYPE_CHECKING:  # config imports the placements, which import this module: a type only, no import circle
     from d3ray.schedule.order.d3.config import D3ScheduleConfig
@@ -79,19 +79,6 @@ def potential_decision(cfg: D3ScheduleConfig, chunk_id: int, batch_ids: list[int
               "schedule_sec": time.perf_counter() - started}
     matrix = potential_matrix(f, left_out, eta) if cfg.save_matrices else None  # only when asked
     return ChunkDecision(order=tuple(int(i) for i in order), fallback=False, record=record, matrix=matrix)
-
-
-def potential_matrix(f: np.ndarray, excluded: np.ndarray, step_size: float) -> np.ndarray:
-    """S = η·(f_j − f_i) (d3ray/influence/potential.py, eq. P3), zero in the excluded rows and columns, as
-    ``influence_from_sketches`` merges it: built only where an S is asked for (``save_matrices``, or the
-    ``exact`` reference solver on a potential)."""
-    from d3ray.influence.potential import potential_antisymmetric
-
-    excluded = np.asarray(excluded, dtype=bool) | ~np.isfinite(f)
-    S = potential_antisymmetric(np.where(excluded, 0.0, f), step_size)
-    S[excluded, :] = 0.0
-    S[:, excluded] = 0.0
-    return S
 
 
 @dataclass
