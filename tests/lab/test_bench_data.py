@@ -25,11 +25,12 @@ def test_bench_data_quick_reports_ratios_and_the_same_tokens(tmp_path):
     for name in ("stream_1", "stream_2"):
         # the stream drops at most the epoch's last incomplete batch of the plain loop's tokens
         assert 0 <= report["tokens_plain_loop"] - report[name]["tokens"] < B * T
-        # the ratio is the stream's rate over the plain loop's, both in tokens per second: a rate in sequences
-        # (÷ T = 64) or a time in ms (× 1000) on either side puts it far outside [0.02, 50]
+        # the ratio is the stream's rate over the plain loop's, both in tokens per second (one rep: the pass's
+        # rate is its tokens over its seconds); no bound on the ratio itself, which is the box's load
         ratio = report[name]["ratio_to_plain"]
         assert ratio == pytest.approx(report[name]["tokens_per_sec"] / report["plain_tokens_per_sec"], rel=1e-9)
-        assert 0.02 < ratio < 50, ratio
+        assert report[name]["pass_tokens_per_sec"] == pytest.approx(report[name]["tokens"] / report[name]["seconds"])
+        assert ratio > 0
     for name in ("mixed_1", "mixed_2", "lanes_1"):  # as many chunks, drawn by domain
         assert report[name]["chunks"] == report["stream_1"]["chunks"]
     assert report["mixed_1"]["moved_to_lanes"] == [] and report["mixed_1"]["queued_sequences_at_end"] >= 0
