@@ -11,6 +11,8 @@
 # when `pip install uv` gets it; else pip installs the same pins (every one exact, so it never
 # backtracks; without the hashes, which pip's hash mode cannot take with extras); D3RAY_INSTALLER=pip
 # forces pip. PYTHON picks the interpreter (default python3).
+# Bytecode is compiled at install (uv --compile-bytecode; pip does by default; d3ray itself after),
+# so that no Ray worker compiles torch, transformers or d3ray again where PYTHONDONTWRITEBYTECODE is set.
 # `d3ray doctor` then tells what this environment can run.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -42,9 +44,9 @@ tool=uv
 if [ "${D3RAY_INSTALLER:-}" = pip ]; then
   tool=pip; installer=("$PYTHON" -m pip install --quiet)
 elif command -v uv >/dev/null 2>&1; then
-  installer=(uv pip install --python "$python_exe" --quiet)
+  installer=(uv pip install --python "$python_exe" --quiet --compile-bytecode)
 elif "$PYTHON" -m uv --version >/dev/null 2>&1 || "$PYTHON" -m pip install --quiet uv >>"$log" 2>&1; then
-  installer=("$PYTHON" -m uv pip install --python "$python_exe" --quiet)
+  installer=("$PYTHON" -m uv pip install --python "$python_exe" --quiet --compile-bytecode)
 else
   echo "setup.sh: uv is not installable here; installing the same pins with pip"
   tool=pip; installer=("$PYTHON" -m pip install --quiet)
@@ -83,6 +85,10 @@ fi
 run "installing $label with $tool (check that the package registry is reachable)" \
   "${installer[@]}" "${requirements[@]}"
 run "installing d3ray itself" "${installer[@]}" --no-deps -e .
+# d3ray's own bytecode too (uv's --compile-bytecode and pip compile site-packages, not an editable
+# source): every Ray worker imports d3ray, and where PYTHONDONTWRITEBYTECODE is set it would compile
+# the package again in each process
+run "compiling d3ray's bytecode" "$PYTHON" -m compileall -q d3ray
 echo "setup.sh: installed from the lock ($label, with $tool) in $((SECONDS - start)) s"
 
 # DeepSpeed JIT-builds its CPU shared-memory collective op on first use (~2 min on 2 cores, once per
