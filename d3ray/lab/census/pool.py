@@ -76,7 +76,17 @@ def describe_error(exc: BaseException) -> str:
     if isinstance(exc, RayTaskError):
         cause = getattr(exc, "cause", None)
         if cause is not None:
-            return f"raised {type(cause).__name__}: {str(cause).strip().splitlines()[0] if str(cause).strip() else ''}"
+            return f"raised {type(cause).__name__}: {_cause_line(str(cause))}"
         lines = str(exc).strip().splitlines()
         return f"raised: {lines[-1] if lines else type(exc).__name__}"
     return f"{type(exc).__name__}: {exc}"
+
+
+def _cause_line(text: str) -> str:
+    """An exception's first line, and the line that names the cause where the first is a preamble (torch's
+    weights-only unpickler: "Weights only load failed. ..." and, lines later, "Unsupported global: ...")."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    named = next((line for line in lines[1:] if "error:" in line.lower() or "unsupported global" in line.lower()), None)
+    return f"{lines[0]} ({named})" if named else lines[0]
