@@ -7,6 +7,11 @@ state of ``rng_rank<r>.pt``, influence means, benchmark weights) and the few pla
 that such files hold. Anything else in a file fails to load (``pickle.UnpicklingError``) instead of
 running. DeepSpeed's own checkpoint loader (``engine.load_checkpoint``, its ZeRO shard reader) unpickles
 its files itself; the README's Security section says so.
+
+An Enum member may be pickled by name, ``getattr(ZeroStageEnum, "gradients")``: Python 3.11's early patch
+releases (3.11.2, Debian 12's) and 3.12 do so for enums mixed with ``int``, as DeepSpeed's ZeRO stage is in
+every ZeRO-1/2 optimizer file. ``getattr`` itself stays refused: in its place the unpickler gets
+:func:`enum_member`, which returns an allowed Enum class's member by name and refuses anything else.
 """
 
 from __future__ import annotations
@@ -30,6 +35,21 @@ def numpy_safe_globals() -> list[Any]:
     return [np.ndarray, np.dtype, _reconstruct, *(type(np.dtype(getattr(np, t))) for t in _NUMPY_TYPES)]
 
 
+def enum_member(cls: Any, name: Any) -> Any:
+    """What a weights-only file's ``getattr(cls, name)`` may be: a member of an Enum class, by name.
+
+    Raises:
+        pickle.UnpicklingError: ``cls`` is not an Enum class or ``name`` not one of its members.
+    """
+    import enum
+    import pickle
+
+    if isinstance(cls, type) and issubclass(cls, enum.Enum) and isinstance(name, str) and name in cls.__members__:
+        return cls[name]
+    raise pickle.UnpicklingError(f"getattr({cls!r}, {name!r}) in a weights-only file: only an Enum member by name "
+                                 "is read")
+
+
 def load_data(path: str | Path, allow: Sequence[Any] = (), map_location: Any = None, mmap: bool = False) -> Any:
     """``torch.load(path, weights_only=True)``, NumPy arrays and ``allow`` (classes of ours) allowed;
     ``mmap``: tensors memory-mapped, not read (a header read of a large file).
@@ -39,5 +59,5 @@ def load_data(path: str | Path, allow: Sequence[Any] = (), map_location: Any = N
     """
     import torch
 
-    with torch.serialization.safe_globals([*numpy_safe_globals(), *allow]):
+    with torch.serialization.safe_globals([*numpy_safe_globals(), (enum_member, "builtins.getattr"), *allow]):
         return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)

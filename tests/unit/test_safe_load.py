@@ -3,6 +3,7 @@ checkpoint holds and influence means round-trip exactly, and a file that would r
 
 from __future__ import annotations
 
+import enum
 import os
 import pickle
 import random
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 from d3ray.influence.influence import Reference
-from d3ray.safe_load import load_data
+from d3ray.safe_load import enum_member, load_data
 
 
 class _RunsCode:
@@ -81,3 +82,39 @@ def test_the_influence_benchmark_weights_cache_reads_back_as_data(tmp_path: Path
     assert (snap.steps, snap.loss, snap.optimizer.step, snap.optimizer.betas) == (5, 2.5, 5, (0.9, 0.95))
     assert np.array_equal(snap.weights["w"], weights["w"]) and np.array_equal(snap.optimizer.exp_avg_sq["w"],
                                                                                  optimizer["exp_avg_sq"]["w"])
+
+
+class _Stage(int, enum.Enum):  # an int-mixin Enum, as DeepSpeed's ZeroStageEnum
+    disabled = 0
+    gradients = 2
+
+
+class _ByName:
+    """Pickles as ``getattr(cls, name)``: how Python 3.11.2 and 3.12 pickle an int-mixin Enum's member."""
+
+    def __init__(self, cls, name):
+        self.cls, self.name = cls, name
+
+    def __reduce__(self):
+        return (getattr, (self.cls, self.name))
+
+
+def test_an_enum_member_pickled_by_name_loads_with_its_class_allowed(tmp_path: Path) -> None:
+    torch.save({"zero_stage": _ByName(_Stage, "gradients"), "w": torch.ones(2)}, tmp_path / "optim.pt")
+    assert b"getattr" in (tmp_path / "optim.pt").read_bytes()  # the file holds the getattr form
+    loaded = load_data(tmp_path / "optim.pt", allow=[_Stage])
+    assert loaded["zero_stage"] is _Stage.gradients and torch.equal(loaded["w"], torch.ones(2))
+    with pytest.raises(pickle.UnpicklingError):  # the class itself must still be allowed
+        load_data(tmp_path / "optim.pt")
+
+
+def test_getattr_in_a_file_reads_nothing_but_an_enum_member(tmp_path: Path) -> None:
+    torch.save({"x": _ByName(np.ndarray, "tofile")}, tmp_path / "method.pt")
+    with pytest.raises(pickle.UnpicklingError, match="only an Enum member"):
+        load_data(tmp_path / "method.pt")
+    torch.save({"x": _ByName(_Stage, "__class__")}, tmp_path / "attr.pt")
+    with pytest.raises(pickle.UnpicklingError, match="only an Enum member"):
+        load_data(tmp_path / "attr.pt", allow=[_Stage])
+    assert enum_member(_Stage, "disabled") is _Stage.disabled
+    with pytest.raises(pickle.UnpicklingError):
+        enum_member(_Stage, "missing")
