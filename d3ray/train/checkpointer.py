@@ -14,6 +14,8 @@ At every chunk boundary (and at the end of the run) the loop hands the checkpoin
                                 (d3ray/train/checkpoint.py ``save_checkpoint``, the trainer side's state) and
                                 reports the checkpoint to Ray Train; rank 0 logs ``time/checkpoint_sec`` (the
                                 state collected and the save; with ``checkpoint_upload: async`` not the upload)
+                                and its parts, ``time/checkpoint_{state,save,report}_sec`` (the report waits
+                                for every rank: a rank that arrives late shows there)
                                 and lets the coordinator release the chunks the checkpoint covers
 
 The coordinator's answer is the same whenever it is asked between the chunk's last step and the save: the
@@ -146,6 +148,7 @@ class Checkpointer:
         start = time.perf_counter()
         if rank0:
             state.schedule = self._coordinator_state(state.next_chunk)
+        collected = time.perf_counter()
         report = {**metrics, **{k: v for k, v in last_eval.items() if np.isfinite(v)}}
         # Ray Train removes the local copy once it is in storage_path; with the asynchronous upload the
         # next chunk trains while it copies (training only waits on a previous upload still running).
@@ -153,10 +156,15 @@ class Checkpointer:
         save_checkpoint(self.trainer.engine, state, Path(local), self.trainer.rank, Path(self.tokenizer_dir),
                         base_model=self.base_model)
         self.trainer_side.save(Path(local))
+        saved = time.perf_counter()
         ray.train.report(report, checkpoint=ray.train.Checkpoint.from_directory(local),
                          checkpoint_upload_mode=self.upload, delete_local_checkpoint_after_upload=True)
-        if rank0:  # what the checkpoint cost the trainers (with async: the save, not the upload)
-            self.logs.log_metrics({"step": state.step, "time/checkpoint_sec": time.perf_counter() - start})
+        if rank0:  # what the checkpoint cost the trainers (with async: the save, not the upload), and its parts
+            end = time.perf_counter()
+            self.logs.log_metrics({"step": state.step, "time/checkpoint_sec": end - start,
+                                   "time/checkpoint_state_sec": collected - start,
+                                   "time/checkpoint_save_sec": saved - collected,
+                                   "time/checkpoint_report_sec": end - saved})
             self.coordinator.release.remote(state.next_chunk)
 
     def _coordinator_state(self, next_chunk: int) -> dict[str, Any]:

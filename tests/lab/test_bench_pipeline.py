@@ -72,6 +72,15 @@ def test_pool_summaries_sums_tokens_seconds_and_waits_and_pools_every_step():
     assert len(pooled["runs"]) == 2
 
 
+def test_pool_summaries_sums_the_checkpoint_parts_of_every_run():
+    from d3ray.lab.bench.pipeline import pool_summaries
+
+    runs = [_run([0.1], tokens=10, train_seconds=1.0, waits=(0.0,)), _run([0.1], tokens=10, train_seconds=1.0, waits=(0.0,))]
+    runs[0]["checkpoint_parts_sec"] = {"state": 0.01, "save": 0.5, "report": 0.25}
+    runs[1]["checkpoint_parts_sec"] = {"state": 0.03, "save": 0.5, "report": 0.75}
+    assert pool_summaries(runs)["checkpoint_parts_sec"] == pytest.approx({"state": 0.04, "save": 1.0, "report": 1.0})
+
+
 def test_repeats_alternate_which_run_goes_first_and_random_is_its_own_a_a_check():
     from d3ray.lab.bench.pipeline import repeat_order, run_labels
 

@@ -129,6 +129,9 @@ def _summarise(run_dir: Path, final: dict[str, Any], L: int) -> dict[str, Any]:
     out["loop_seconds"] = loop_breakdown(metrics, float(waits.sum()), train_s)
     scoring = [r["time/in_trainer_influence_sec"] for r in metrics if r.get("time/in_trainer_influence_sec") is not None]
     publish = [r["time/snapshot_sec"] for r in metrics if r.get("time/snapshot_sec") is not None]
+    # the checkpoint's parts (d3ray/train/checkpointer.py): the coordinator's state, the save, Ray Train's report
+    out["checkpoint_parts_sec"] = {part: float(sum(r.get(f"time/checkpoint_{part}_sec") or 0.0 for r in metrics))
+                                   for part in ("state", "save", "report")}
     if publish:  # the trainers' time publishing weight snapshots at chunk boundaries (not wait, not steps)
         out["snapshot_sec"] = float(sum(publish))
         out["snapshot_fraction"] = float(sum(publish) / train_s)
@@ -213,6 +216,8 @@ def pool_summaries(runs: list[dict[str, Any]]) -> dict[str, Any]:
                                     for p in positions],
         cpu_share=pool_cpu_shares([r.get("cpu_share", {}) for r in runs]),
         loop_seconds={k: float(sum(r["loop_seconds"][k] for r in runs)) for k in runs[0].get("loop_seconds", {})},
+        checkpoint_parts_sec={k: float(sum(r["checkpoint_parts_sec"][k] for r in runs))
+                              for k in runs[0].get("checkpoint_parts_sec", {})},
         searched_chunks=sum(r.get("searched_chunks", 0) for r in runs),
         runs=runs,
     )
@@ -361,6 +366,10 @@ def run(args: argparse.Namespace) -> int:
     if report["loop_seconds_ratio"]:
         print("training loop by phase, " + label + " ÷ " + base_label + ": "
               + ", ".join(f"{k} {v:.3f}" for k, v in report["loop_seconds_ratio"].items() if v is not None))
+    parts = [(lab, results[lab].get("checkpoint_parts_sec")) for lab in (base_label, label)]
+    if all(p for _, p in parts):
+        print("checkpoint parts, s over all runs (the coordinator's state, the save, Ray Train's report): "
+              + "; ".join(f"{lab} " + ", ".join(f"{k} {v:.3f}" for k, v in p.items()) for lab, p in parts))
     if "influence_sec_per_chunk" in mine:
         print(f"influence {mine['influence_sec_per_chunk']} s/chunk, solver {mine['solver_sec_per_chunk']} s/chunk; "
               f"decided by {', '.join(mine['decided_by']) or '-'} (a search in {mine['searched_chunks']} chunks); "
