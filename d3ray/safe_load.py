@@ -8,9 +8,9 @@ that such files hold. Anything else in a file fails to load (``pickle.Unpickling
 running. DeepSpeed's own checkpoint loader (``engine.load_checkpoint``, its ZeRO shard reader) unpickles
 its files itself; the README's Security section says so.
 
-An Enum member may be pickled by name, ``getattr(ZeroStageEnum, "gradients")``: Python 3.11's early patch
-releases (3.11.2, Debian 12's) and 3.12 do so for enums mixed with ``int``, as DeepSpeed's ZeRO stage is in
-every ZeRO-1/2 optimizer file. ``getattr`` itself stays refused: in its place the unpickler gets
+An Enum member may be pickled by name, ``getattr(ZeroStageEnum, "gradients")``: Python 3.11.2 (Debian 12's)
+does so for enums mixed with ``int``, and DeepSpeed's ZeRO stage is one, in every ZeRO-1/2 optimizer file
+(3.11.7, 3.12.1 and 3.13.0 write ``ZeroStageEnum(2)``). ``getattr`` itself stays refused: in its place the unpickler gets
 :func:`enum_member`, which returns an allowed Enum class's member by name and refuses anything else.
 """
 

@@ -90,7 +90,7 @@ class _Stage(int, enum.Enum):  # an int-mixin Enum, as DeepSpeed's ZeroStageEnum
 
 
 class _ByName:
-    """Pickles as ``getattr(cls, name)``: how Python 3.11.2 and 3.12 pickle an int-mixin Enum's member."""
+    """Pickles as ``getattr(cls, name)``: how Python 3.11.2 pickles an int-mixin Enum's member."""
 
     def __init__(self, cls, name):
         self.cls, self.name = cls, name
