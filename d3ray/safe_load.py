@@ -10,8 +10,9 @@ its files itself; the README's Security section says so.
 
 An Enum member may be pickled by name, ``getattr(ZeroStageEnum, "gradients")``: Python 3.11.2 (Debian 12's)
 does so for enums mixed with ``int``, and DeepSpeed's ZeRO stage is one, in every ZeRO-1/2 optimizer file
-(3.11.7, 3.12.1 and 3.13.0 write ``ZeroStageEnum(2)``). ``getattr`` itself stays refused: in its place the unpickler gets
-:func:`enum_member`, which returns an allowed Enum class's member by name and refuses anything else.
+(3.11.7, 3.12.1 and 3.13.0 write ``ZeroStageEnum(2)``). ``getattr`` itself stays refused: in its place the
+unpickler gets :func:`enum_member`, which returns an allowed Enum class's member by name and refuses anything
+else.
 """
 
 from __future__ import annotations
