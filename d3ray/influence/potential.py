@@ -48,6 +48,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from d3ray.solver.potential import potential_difference
+
 __all__ = ["combine", "drift_potential", "potential_antisymmetric"]
 
 
@@ -83,8 +85,7 @@ def potential_antisymmetric(f: np.ndarray, step_size: float = 1.0) -> np.ndarray
     f = np.asarray(f, dtype=np.float64)
     if f.ndim != 1:
         raise ValueError(f"potential_antisymmetric: f must be (L,), got {f.shape}")
-    diff = f[None, :] - f[:, None]  # (L, L) diff[i, j] = f_j − f_i, so diff.T == −diff bit for bit
-    return step_size * diff
+    return potential_difference(f, step_size)
 
 
 def combine(S_potential: np.ndarray, S_residual: np.ndarray) -> np.ndarray:

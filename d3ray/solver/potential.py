@@ -22,7 +22,8 @@ import numpy as np
 
 from d3ray.solver.problem import ordering_cost
 
-__all__ = ["PotentialShortcut", "fit_potential", "potential_matrix", "potential_shortcut", "sort_by_potential"]
+__all__ = ["PotentialShortcut", "fit_potential", "potential_difference", "potential_matrix", "potential_shortcut",
+           "sort_by_potential"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -116,8 +117,15 @@ def potential_matrix(f: np.ndarray, excluded: np.ndarray, step_size: float) -> n
     (``save_matrices``, the ``exact`` reference solver on a potential)."""
     f = np.asarray(f, dtype=np.float64)
     bad = np.asarray(excluded, dtype=bool) | ~np.isfinite(f)
-    kept = np.where(bad, 0.0, f)
-    S = step_size * (kept[None, :] - kept[:, None])  # S[i, j] = η·(f_j − f_i), as potential_antisymmetric
+    S = potential_difference(np.where(bad, 0.0, f), step_size)
     S[bad, :] = 0.0
     S[:, bad] = 0.0
     return S
+
+
+def potential_difference(f: np.ndarray, step_size: float) -> np.ndarray:
+    """η·(f_j − f_i) at [i, j] (eq. P3), float64, exactly antisymmetric: the one place the potential's S is
+    computed (the influence merge's ``potential_antisymmetric`` and :func:`potential_matrix` both call it, so
+    the sort's key and the S a solver is given agree bit for bit)."""
+    f = np.asarray(f, dtype=np.float64)
+    return step_size * (f[None, :] - f[:, None])  # diff.T == −diff bit for bit
