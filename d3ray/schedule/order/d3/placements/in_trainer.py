@@ -86,11 +86,11 @@ class InTrainerSubmitter:
             chunk_refs,
             fallback,
             potential_decision,
-            potential_matrix,
             submit_solve,
             unsearchable,
         )
         from d3ray.schedule.scheduler import Decided
+        from d3ray.solver.potential import potential_matrix
 
         if context.influence is None:
             return Decided(fallback(chunk, None, "no influence from the trainers in time"))
