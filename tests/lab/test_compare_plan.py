@@ -116,3 +116,19 @@ def test_finished_run_predating_a_key_reads_it_as_the_default(tmp_path, capsys):
     train = dataclasses.replace(spec.config.train, min_lr_ratio=0.5)  # the plan asks for a non-default value
     with pytest.raises(ConfigError, match=r"train.min_lr_ratio differ"):
         check_unchanged(dataclasses.replace(spec, config=dataclasses.replace(spec.config, train=train)))
+
+
+def test_plan_switch_to_a_preset_takes_the_presets_values_not_the_old_types_defaults(tmp_path):
+    """The no-argument run's D3 (drift potential, in-trainer placement) becoming ``d3_paper`` in an arm gives
+    the paper's preset; a value the comparison set (L, staleness) is kept."""
+    plan = build_plan(from_dict(CompareConfig, {
+        "set": {"train.steps": 120, "schedule.shuffle_buffer": 64}, "seeds": [0], "output_dir": str(tmp_path),
+        "baseline": "random", "arms": [{"name": "random", "set": {"schedule.type": "random"}},
+                                       {"name": "paper", "set": {"schedule.type": "d3_paper", "schedule.staleness": 0}}]}))
+    paper = next(r for r in plan.runs if r.arm == "paper")
+    assert paper.error is None
+    schedule = paper.config.schedule
+    assert (schedule.type_name, schedule.placement.type_name, schedule.solver.type_name) == ("d3_paper", "actors", "rsr")
+    assert schedule.influence.estimator.type_name == "hutchinson" and schedule.L == 60
+    assert (schedule.staleness, schedule.shuffle_buffer) == (0, 64)
+    assert schedule.preset_departures() and "staleness" in " ".join(schedule.preset_departures())

@@ -211,9 +211,11 @@ def _yaml_value(value: Any) -> str:
 def switch_type(data: dict[str, Any], section: list[str], new_type: Any, where: str) -> dict[str, Any]:
     """``data`` with the registered-choice section at ``section`` switched to ``new_type``.
 
-    The section keeps the fields the new type also has (``schedule.L`` when a D3 base becomes
-    ``random``: the same chunks for every arm), every other field starts from the new type's
-    default. A section that already has the type, or that is not a registered choice, is unchanged.
+    The section keeps the fields the new type also has and that were set, i.e. differ from the
+    default the section came from (``schedule.L: 60`` when a D3 base becomes ``random``: the same chunks
+    for every arm); every other field starts from the new type's default, so a preset's own values
+    (``d3_paper``'s placement, estimator, solver) are not overwritten by the old type's defaults. A section
+    that already has the type, or that is not a registered choice, is unchanged.
 
     Raises:
         ConfigError: ``new_type`` is not a registered name of the section's family.
@@ -230,8 +232,25 @@ def switch_type(data: dict[str, Any], section: list[str], new_type: Any, where: 
     except ValueError as err:
         raise ConfigError(f"{where}: {'.'.join(section)}.type: {err}") from None
     keep = {f.name for f in dataclasses.fields(new_cls) if f.init}
-    node[section[-1]] = {"type": new_type, **{k: v for k, v in current.items() if k in keep}}
+    default = _default_section(section, family, current.get("type"))
+    node[section[-1]] = {"type": new_type, **{k: v for k, v in current.items()
+                                              if k in keep and (k not in default or v != default[k])}}
     return data
+
+
+def _default_section(section: list[str], family: type, type_name: Any) -> dict[str, Any]:
+    """The values a section of type ``type_name`` holds when nobody set them: the run config's default
+    section where it has that type (the no-argument run's D3), else the type's own defaults ({} when the
+    type has required fields: then every field counts as set)."""
+    node: Any = to_dict(RunConfig())
+    for part in section:
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict) and node.get("type") == type_name:
+        return node
+    try:
+        return to_dict(family.lookup(str(type_name))())
+    except (TypeError, ValueError):
+        return {}
 
 
 def _choice_family(data: dict[str, Any], section: list[str]) -> type | None:
