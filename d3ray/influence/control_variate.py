@@ -91,7 +91,7 @@ class ControlVariate:
         total = torch.zeros((), dtype=self.dtype, device=self.device)  # on the statistics' device, never a CPU scalar
         for name, vt in v.items():
             ut = u[name]
-            total = total + (ut * vt).reshape(*ut.shape[: ut.dim() - vt.dim()], -1).sum(-1)
+            total = total + ut.reshape(*ut.shape[: ut.dim() - vt.dim()], -1) @ vt.reshape(-1)  # no (n, *shape) product
         return reduce_sum(self.shards, total)
 
     def augment(

@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
@@ -128,6 +129,12 @@ def _reference(vectors: Mapping[str, torch.Tensor]) -> torch.Tensor:
     return next(iter(vectors.values()))
 
 
+def _nbytes(t: torch.Tensor) -> int:
+    if t.layout == torch.sparse_csr:
+        return sum(_nbytes(part) for part in (t.crow_indices(), t.col_indices(), t.values()))
+    return t.numel() * t.element_size()
+
+
 class _BoundedCache:
     """Blocks of P kept up to a byte budget (first come, kept; beyond the budget recomputed each time)."""
 
@@ -140,11 +147,23 @@ class _BoundedCache:
         if hit is not None:
             return hit
         entry = make()
-        size = sum(t.numel() * t.element_size() for t in entry)
+        self._keep(key, entry)
+        return entry
+
+    def kept(self, key: tuple, nbytes: int, make: Callable[[], tuple[torch.Tensor, ...]]) -> tuple[torch.Tensor, ...] | None:
+        """The entry, made and kept if about ``nbytes`` still fit the budget; None (nothing made) if not."""
+        hit = self._entries.get(key)
+        if hit is not None or nbytes > self._left:
+            return hit
+        entry = make()
+        self._keep(key, entry)
+        return self._entries.get(key)
+
+    def _keep(self, key: tuple, entry: tuple[torch.Tensor, ...]) -> None:
+        size = sum(_nbytes(t) for t in entry)
         if size <= self._left:
             self._entries[key] = entry
             self._left -= size
-        return entry
 
 
 class SparseJLSketch:
@@ -183,6 +202,27 @@ class SparseJLSketch:
 
         return self._cache.get((name, start, stop, str(device), dtype), make)
 
+    def _matrix(self, name: str, start: int, stop: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
+        """Columns [start, stop) of P for ``name`` as a (k, stop − start) CSR matrix, kept in the cache; None
+        where the cache has no room for it or the dtype has no sparse product (then :meth:`project` scatters).
+        One sparse product per block instead of a scatter: about half the time of the tiny GPT-2's sketch."""
+        if dtype not in (torch.float32, torch.float64) or device.type not in ("cpu", "cuda"):
+            return None
+
+        def make() -> tuple[torch.Tensor]:
+            rows, signs = self.rows_and_signs(name, start, stop, device)  # (m, s)
+            cols = torch.arange(stop - start, dtype=torch.int64, device=device).repeat_interleave(self.s)
+            vals = (signs.to(dtype) / math.sqrt(self.s)).reshape(-1)
+            coo = torch.sparse_coo_tensor(torch.stack([rows.reshape(-1), cols]), vals, (self.k, stop - start),
+                                          check_invariants=True)
+            with warnings.catch_warnings():  # torch calls its CSR layout beta; the product is all we use of it
+                warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+                return (coo.coalesce().to_sparse_csr(),)  # one entry per (row, coordinate): nothing is summed
+
+        nbytes = (self.k + 1) * 8 + (stop - start) * self.s * (8 + torch.finfo(dtype).bits // 8)
+        entry = self._cache.kept(("csr", name, start, stop, str(device), dtype), nbytes, make)
+        return None if entry is None else entry[0]
+
     def project(
         self, vectors: Mapping[str, torch.Tensor], offsets: Mapping[str, int] | None = None
     ) -> torch.Tensor:
@@ -193,6 +233,10 @@ class SparseJLSketch:
             base = (offsets or {}).get(name, 0)
             for lo in range(0, flat.shape[1], _SJLT_BLOCK):
                 hi = min(lo + _SJLT_BLOCK, flat.shape[1])
+                matrix = self._matrix(name, base + lo, base + hi, flat.device, flat.dtype)
+                if matrix is not None:
+                    out += (matrix @ flat[:, lo:hi].T).T
+                    continue
                 rows, vals = self._block(name, base + lo, base + hi, flat.device, flat.dtype)
                 scattered = (flat[:, lo:hi, None] * vals.view(hi - lo, self.s)).reshape(n, -1)  # (n, m·s)
                 out.index_add_(1, rows, scattered)

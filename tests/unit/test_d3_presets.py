@@ -23,6 +23,7 @@ def test_d3_paper_preset_sets_the_papers_six_keys():
     assert s.influence.sketch.type_name == "sjlt" and s.influence.sketch.k == 3500
     assert s.L == 60 and s.solver.type_name == "rsr"
     assert s.placement.type_name == "actors" and s.staleness == 1  # influence and solver actors, one chunk ahead
+    assert s.first_chunk == "stream"  # one chunk ahead: chunk 0 trains while chunk 1 is scored
     assert not s.sorts_potential and s.actor_requests()[1].role == "solver"
     assert s.preset_departures() == []
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from d3ray.influence.estimators import (
@@ -144,3 +145,21 @@ def test_hutchinson_first_probes_of_a_longer_call_are_the_probes_of_a_shorter_ca
     for a, b in zip(two, four[:2], strict=True):
         assert torch.equal(a["w"], b["w"])
     assert not torch.equal(four[2]["w"], four[0]["w"])
+
+
+@pytest.mark.parametrize(("values", "expected"), [
+    ([], True),
+    ([[1.0, -2.0], [3.0]], True),
+    ([[3e38, 3e38], [3e38]], True),  # the sum overflows; every element is finite
+    ([[1.0, float("nan")], [3.0]], False),
+    ([[1.0], [float("inf"), 2.0]], False),
+    ([[float("inf")], [float("-inf")]], False),  # the sum is NaN
+    ([[-3e38, float("-inf")]], False),
+])
+def test_all_finite_is_elementwise_exact(values, expected):
+    from d3ray.influence.statistics import all_finite
+
+    tensors = [torch.tensor(v, dtype=torch.float32) for v in values]
+    assert all_finite(tensors) is expected
+    assert all_finite({str(i): t for i, t in enumerate(tensors)}) is expected
+    assert all_finite(None) is True

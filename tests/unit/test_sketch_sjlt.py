@@ -71,9 +71,12 @@ def test_sjlt_rows_one_per_block_and_unit_signs():
     assert abs(float(signs.double().mean())) < 0.1  # 3000 fair signs: |mean| ≤ 0.1 is > 5 sd
 
 
-def test_sjlt_projection_equals_explicit_matrix():
-    sketch = SparseJLSketch(k=12, s=2, seed=3)
-    v = torch.randn(2, 40, dtype=torch.float64)
+@pytest.mark.parametrize("cache_bytes", [1 << 30, 0], ids=["sparse-product", "scatter"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_sjlt_projection_equals_explicit_matrix(cache_bytes, dtype):
+    """Both ways of applying P (a cached CSR product, or the scatter when the cache has no room) are P."""
+    sketch = SparseJLSketch(k=12, s=2, seed=3, cache_bytes=cache_bytes)
+    v = torch.randn(2, 40, dtype=dtype)
     rows, signs = sketch.rows_and_signs("v", 0, 40)
     P = torch.zeros(12, 40, dtype=torch.float64)
     for c in range(40):
@@ -81,8 +84,12 @@ def test_sjlt_projection_equals_explicit_matrix():
             P[rows[c, b], c] += float(signs[c, b]) / np.sqrt(2)
 
     got = sketch.project({"v": v})
+    tail = sketch.project({"v": v[:, 15:]}, offsets={"v": 15})  # a shard's slice, hashed at its offset
 
-    torch.testing.assert_close(got, v @ P.T, rtol=0, atol=1e-12)
+    atol = 1e-12 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(got, v @ P.to(dtype).T, rtol=0, atol=atol)
+    torch.testing.assert_close(tail, v[:, 15:] @ P[:, 15:].to(dtype).T, rtol=0, atol=atol)
+    assert bool(sketch._cache._entries) == (cache_bytes > 0)
 
 
 def test_identity_sketch_preserves_inner_products_exactly():

@@ -4,6 +4,7 @@ and the paper's pipeline (``schedule.type=d3_paper``); ``d3ray schedulers d3`` p
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from d3ray.influence.config import InfluenceConfig, SjltSketchConfig
 from d3ray.influence.estimators import HutchinsonConfig
@@ -39,6 +40,7 @@ PAPER_KEYS: dict[str, tuple] = {
     "schedule.solver.type": (lambda c: c.solver.type_name, "rsr"),
     "schedule.placement.type": (lambda c: c.placement.type_name, "actors"),
     "schedule.staleness": (lambda c: c.staleness, 1),
+    "schedule.first_chunk": (lambda c: c.first_chunk, "stream"),
 }
 
 
@@ -47,7 +49,9 @@ PAPER_KEYS: dict[str, tuple] = {
 class D3PaperScheduleConfig(D3ScheduleConfig):
     """D3 as the paper runs it: second-order influence with the Hutchinson diagonal Hessian and the plain
     step −γ·∇ℓ, sketched (JL, k = 3500), L = 60, ordered by Random-Swap Refinement (RSR), influence and
-    solver actors one chunk ahead.
+    solver actors one chunk ahead. One chunk ahead, chunk 0 has no chunk to overlap: it trains in stream
+    order while chunk 1 is scored (``first_chunk: stream``; ``scored`` makes the trainers' first step wait for
+    chunk 0's influence, 5 s a run at L = 60 on the 2-core box, docs/results/bench-pipeline-default-d3-2026-12-05.md).
 
     Every other key is d3's. A key given on top overrides the preset, and the run's log (and every schedule
     log row's ``preset_departures``) names the preset keys it no longer holds, e.g. ``--schedule.solver.type=ils``
@@ -63,6 +67,7 @@ class D3PaperScheduleConfig(D3ScheduleConfig):
     influence: InfluenceConfig = field(default_factory=_paper_influence)
     solver: SolverConfig = field(default_factory=RsrConfig)
     placement: PlacementConfig = field(default_factory=ActorsPlacement)
+    first_chunk: Literal["scored", "stream"] = "stream"
 
     def __post_init__(self) -> None:
         if self.placement.type_name != PAPER_KEYS["schedule.placement.type"][1]:
