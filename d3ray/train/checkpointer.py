@@ -149,6 +149,11 @@ class Checkpointer:
         if rank0:
             state.schedule = self._coordinator_state(state.next_chunk)
         collected = time.perf_counter()
+        if self.trainer.world > 1:  # every rank at the save together: rank 0's wait for the others is its own part
+            import torch.distributed as dist
+
+            dist.barrier()
+        arrived = time.perf_counter()
         report = {**metrics, **{k: v for k, v in last_eval.items() if np.isfinite(v)}}
         # Ray Train removes the local copy once it is in storage_path; with the asynchronous upload the
         # next chunk trains while it copies (training only waits on a previous upload still running).
@@ -163,7 +168,8 @@ class Checkpointer:
             end = time.perf_counter()
             self.logs.log_metrics({"step": state.step, "time/checkpoint_sec": end - start,
                                    "time/checkpoint_state_sec": collected - start,
-                                   "time/checkpoint_save_sec": saved - collected,
+                                   "time/checkpoint_arrival_sec": arrived - collected,
+                                   "time/checkpoint_save_sec": saved - arrived,
                                    "time/checkpoint_report_sec": end - saved})
             self.coordinator.release.remote(state.next_chunk)
 

@@ -116,5 +116,11 @@ def test_pretrain_zero2_two_workers_loss_falls_and_kill_resume_matches(ray_clust
                                [ref_losses[s] for s in range(1, STEPS + 1)], rtol=1e-5, atol=1e-6)
     schedule = read_jsonl(crash_cfg.run_dir / "schedule_log.jsonl")
     assert [r["chunk_id"] for r in schedule] == list(range(STEPS // 4))
+    # each checkpoint's time in its parts: the coordinator's state, rank 0's wait for rank 1, the save, the report
+    saves = [r for r in read_jsonl(crash_cfg.run_dir / "metrics.jsonl") if "time/checkpoint_sec" in r]
+    assert saves and all(r["time/checkpoint_arrival_sec"] >= 0 for r in saves)
+    parts = ("state", "arrival", "save", "report")
+    for r in saves:
+        assert sum(r[f"time/checkpoint_{p}_sec"] for p in parts) == pytest.approx(r["time/checkpoint_sec"], rel=1e-6)
     quality = json.loads((crash_cfg.run_dir / "data_quality.json").read_text())
     assert quality["data_quality"]["total_bad"] == 0

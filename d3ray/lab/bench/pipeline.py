@@ -131,7 +131,7 @@ def _summarise(run_dir: Path, final: dict[str, Any], L: int) -> dict[str, Any]:
     publish = [r["time/snapshot_sec"] for r in metrics if r.get("time/snapshot_sec") is not None]
     # the checkpoint's parts (d3ray/train/checkpointer.py): the coordinator's state, the save, Ray Train's report
     out["checkpoint_parts_sec"] = {part: float(sum(r.get(f"time/checkpoint_{part}_sec") or 0.0 for r in metrics))
-                                   for part in ("state", "save", "report")}
+                                   for part in ("state", "arrival", "save", "report")}
     if publish:  # the trainers' time publishing weight snapshots at chunk boundaries (not wait, not steps)
         out["snapshot_sec"] = float(sum(publish))
         out["snapshot_fraction"] = float(sum(publish) / train_s)
@@ -368,7 +368,7 @@ def run(args: argparse.Namespace) -> int:
               + ", ".join(f"{k} {v:.3f}" for k, v in report["loop_seconds_ratio"].items() if v is not None))
     parts = [(lab, results[lab].get("checkpoint_parts_sec")) for lab in (base_label, label)]
     if all(p for _, p in parts):
-        print("checkpoint parts, s over all runs (the coordinator's state, the save, Ray Train's report): "
+        print("checkpoint parts, s over all runs (the coordinator's state, the wait for every rank, the save, Ray Train's report): "
               + "; ".join(f"{lab} " + ", ".join(f"{k} {v:.3f}" for k, v in p.items()) for lab, p in parts))
     if "influence_sec_per_chunk" in mine:
         print(f"influence {mine['influence_sec_per_chunk']} s/chunk, solver {mine['solver_sec_per_chunk']} s/chunk; "
