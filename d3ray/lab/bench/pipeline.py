@@ -66,6 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
                         help="a dotted override for the scheduler's run only (repeatable), "
                              "e.g. 'schedule.placement={type: actors, num_gpus: 0.25}'")
+    parser.add_argument("--own-cores", action="store_true",
+                        help="trainer i on core i alone, every other process of the run (driver, coordinator, actors, "
+                             "Ray) on the cores after the trainers', in both runs: the CPU stand-in for trainers with "
+                             "devices of their own (d3ray/lab/bench/pinning.py; Linux)")
     parser.add_argument("overrides", nargs="*", help="extra dotted overrides for both runs (key=value)")
 
 
@@ -276,8 +280,11 @@ def repeat_order(repeats: int) -> list[tuple[int, bool]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from contextlib import nullcontext
+
     from d3ray.config_loading import to_dict
     from d3ray.lab.bench.cpu_share import CpuShare
+    from d3ray.lab.bench.pinning import CorePinner
     from d3ray.run.cluster import start_ray, worker_env
 
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 2)
@@ -299,7 +306,7 @@ def run(args: argparse.Namespace) -> int:
             runs = [(base_label, pairs[i][0]), (label, pairs[i][1])]
             for lab, cfg in reversed(runs) if sched_first else runs:
                 print(f"== {cfg.name} (repeat {i + 1}/{repeats}): {steps} steps, L={L}", flush=True)
-                with CpuShare() as share:
+                with CpuShare() as share, (CorePinner(cfg.train.num_workers) if args.own_cores else nullcontext()):
                     final = run_pretrain(cfg)
                 per_run[lab].append({**_summarise(cfg.run_dir, final, L), "cpu_share": share.summary()})
     finally:
@@ -310,7 +317,8 @@ def run(args: argparse.Namespace) -> int:
     results = {lab: pool_summaries(runs) for lab, runs in per_run.items()}
     mine, base = results[label], results[base_label]
     report = {
-        "steps": steps, "L": L, "scheduler": name, "repeats": repeats, "schedule": to_dict(sched_cfg.schedule),
+        "steps": steps, "L": L, "scheduler": name, "repeats": repeats, "own_cores": args.own_cores,
+        "schedule": to_dict(sched_cfg.schedule),
         base_label: base, label: mine,
         "throughput_ratio": mine["tokens_per_sec"] / base["tokens_per_sec"],
         "steady_throughput_ratio": mine["steady_tokens_per_sec"] / base["steady_tokens_per_sec"],
