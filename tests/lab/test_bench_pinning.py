@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -37,17 +38,22 @@ def test_core_plan_refuses_more_trainer_processes_than_trainers():
                     reason="needs Linux affinity and at least 2 cores")
 def test_pinner_moves_a_trainer_titled_process_to_core_0_and_gives_the_driver_its_cores_back():
     # a process whose command line reads like a Ray Train worker's title
-    title = ["ray::RayTrainWorker.__init__", "-c", "import time; time.sleep(30)"]
+    title = ["ray::RayTrainWorker.__init__", "-c",
+             "import threading, time; threading.Thread(target=time.sleep, args=(30,)).start(); time.sleep(30)"]
     child = subprocess.Popen(title, executable=sys.executable)
     # the same title outside the driver's tree (its parent exits at once): another run's, left alone
     orphan = int(subprocess.run([sys.executable, "-c", "import subprocess, sys; print(subprocess.Popen("
                                  f"{title!r}, executable=sys.executable, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid)"],
                                 capture_output=True, text=True, check=True).stdout)
     before = os.sched_getaffinity(0)
+    deadline = time.monotonic() + 10
+    while len(os.listdir(f"/proc/{child.pid}/task")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)  # the child's second thread started
     try:
         assert child.pid in descendants(os.getpid()) and orphan not in descendants(os.getpid())
         with CorePinner(trainers=1, interval_s=0.05) as pinner:
-            assert os.sched_getaffinity(child.pid) == {0}
+            threads = [int(t) for t in os.listdir(f"/proc/{child.pid}/task")]
+            assert len(threads) == 2 and all(os.sched_getaffinity(t) == {0} for t in threads)  # every thread
             assert os.sched_getaffinity(0) == set(range(1, len(before)))  # the driver runs with the rest
             assert os.sched_getaffinity(orphan) == before
         assert pinner.moves >= 2 and pinner.trainers_seen == {child.pid}

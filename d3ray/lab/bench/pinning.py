@@ -7,7 +7,7 @@ of the run (the driver, the coordinator, influence and tokenizer actors, Ray's d
 the trainers'. Both runs of a pair are pinned the same way, so random order's trainers own their cores too.
 
 :class:`CorePinner` re-reads ``/proc`` every ``interval_s`` while a run trains and sets the affinity of any
-process of the run whose affinity is not its plan's (:func:`core_plan`): a Ray worker that turns into a
+process of the run (every thread of it) whose affinity is not its plan's (:func:`core_plan`): a Ray worker that turns into a
 trainer between two runs is moved with its new title. The run's processes are this driver and its
 descendants (the local Ray instance the bench starts: its daemons and workers); anything else on the box,
 another Ray instance included, is left alone. Linux only (``/proc``, ``sched_setaffinity``).
@@ -54,6 +54,13 @@ def _parent(pid: str) -> int | None:
         return None
 
 
+def _threads(pid: int) -> list[int]:
+    try:
+        return [int(t) for t in os.listdir(PROC / str(pid) / "task")]
+    except OSError:
+        return []
+
+
 def descendants(root: int) -> set[int]:
     """``root`` and every process below it (one pass over ``/proc``)."""
     children: dict[int, list[int]] = {}
@@ -76,7 +83,7 @@ class CorePinner:
             run_pretrain(cfg)
     """
 
-    def __init__(self, trainers: int, interval_s: float = 0.2) -> None:
+    def __init__(self, trainers: int, interval_s: float = 0.5) -> None:
         self.trainers, self.interval_s = trainers, interval_s
         self.cpus = len(os.sched_getaffinity(0))
         core_plan({}, self.cpus, trainers)  # refuse a plan with no core left before the run starts
@@ -96,12 +103,13 @@ class CorePinner:
         roles = self._roles()
         self.trainers_seen |= {pid for pid, role in roles.items() if role == TRAINER_ROLE}
         for pid, cores in core_plan(roles, self.cpus, self.trainers).items():
-            try:
-                if os.sched_getaffinity(pid) != cores:
-                    os.sched_setaffinity(pid, cores)
-                    self.moves += 1
-            except (ProcessLookupError, PermissionError):
-                continue  # ended since the scan, or not ours to move
+            for tid in _threads(pid):  # affinity is per thread: a process started on the rest's cores keeps
+                try:               # the threads it made there (Ray's, gloo's) unless each is moved
+                    if os.sched_getaffinity(tid) != cores:
+                        os.sched_setaffinity(tid, cores)
+                        self.moves += 1
+                except (ProcessLookupError, PermissionError, OSError):
+                    continue  # ended since the scan, or not ours to move
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -117,7 +125,11 @@ class CorePinner:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        os.sched_setaffinity(0, self._original)  # this driver gets its cores back; the run's workers keep theirs
+        for tid in _threads(self._me):  # this driver gets its cores back; the run's workers keep theirs
+            try:
+                os.sched_setaffinity(tid, self._original)
+            except OSError:
+                continue
         if not self.trainers_seen:
             logger.warning("--own-cores: no %s among this driver's processes (a Ray cluster this bench did not "
                            "start?): the trainers were not pinned", TRAINER_ROLE)

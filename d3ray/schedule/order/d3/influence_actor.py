@@ -49,9 +49,17 @@ class ChunkInfluenceWorker(InfluenceWorker):
 
     def _warm_up(self) -> None:
         """One-time costs paid here, in the constructor (which the trainers wait for before their clock
-        starts), not in the first chunk's decision: the model's first forward."""
+        starts), not in the first chunk's decision: the model's first forward; for the Taylor estimators
+        one batch's statistics (the first backward, and the double backward of ``hutchinson``) on 4 tokens,
+        and P's cached blocks (the SJLT's sparse matrices), one parameter at a time."""
         with torch.no_grad():
             self.model(torch.zeros((1, 2), dtype=torch.int64, device=self.device))
+        if self.config.estimator.is_exact_lookahead or self.config.potential_alone:
+            return  # no statistics of a batch, nothing sketched
+        tokens = np.zeros((1, 4), dtype=np.int64)
+        self.config.estimator.statistics(self.objective({"input_ids": tokens}, 0), self.leaves(), self.generator(0))
+        for name, param in self.leaves().items():
+            self.sketch.project({name: torch.zeros((1, *param.shape), dtype=param.dtype, device=param.device)})
 
     def order_chunk(self, chunk_id: int, weights: list, batch_refs: list,
                     batch_ids: list[int]) -> tuple[dict[str, Any], Any]:
