@@ -12,6 +12,8 @@
         trainer_side.chunk_trained: feedback (the chunk's per-sample losses), then the next version's
             snapshot or sketches (d3ray/train/scheduling/trainer_side.py)
         checkpointer.save_if_due (checkpointer.py: the cadence, the save, its cost)
+        trainer_side.after_checkpoint: the trainers' own scoring of the chunk after the next, at
+            staleness >= 1 (saved first: a save right after the scoring pass was slower)
 
 Every rank pulls the same ``DecidedChunk`` from the ScheduleCoordinator and takes its contiguous
 share of each global batch (rows ``rank*B/W .. (rank+1)*B/W``); micro-batches are the rows
@@ -217,15 +219,19 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
         if chunk_done:
             state.next_chunk, state.position = chunk.chunk_id + 1, 0
         checkpointer.chunk_ended(state, chunk_done, finished)
-        if chunk_done:  # feedback, then the next version's snapshot / sketches
+        if chunk_done:  # feedback, then the next version's snapshot / sketches (the trainers' own: after the save)
             steps_log.chunk_trained(state.step, chunk, chunk_losses)
             t_boundary = time.perf_counter()
             trainer_side.chunk_trained(chunk, chunk_losses, state.step, more=not finished)
-            steps_log.boundary(state.step, time.perf_counter() - t_boundary)
+            boundary_s = time.perf_counter() - t_boundary
         if finished:
             evaluator.run(state.step)
         checkpointer.save_if_due(state, next_ref, {"step": state.step, "train/loss": loss_value,
                                                    "data/tokens": state.tokens, "chunk_id": chunk.chunk_id},
                                  evaluator.last)
+        if chunk_done:
+            t_boundary = time.perf_counter()
+            trainer_side.after_checkpoint(chunk, state.step, more=not finished)
+            steps_log.boundary(state.step, boundary_s + time.perf_counter() - t_boundary)
 
     return {**steps_log.final(state, loss_value), **evaluator.last}

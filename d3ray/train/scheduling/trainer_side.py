@@ -116,6 +116,21 @@ def chunk_feedback(chunk: Any, losses: np.ndarray) -> ChunkFeedback:
         losses=losses[trained].reshape(-1))
 
 
+def prepares_after_checkpoint(requests: TrainerRequests) -> bool:
+    """Whether the preparation of a chunk boundary (the next version's snapshot or sketches) comes after the
+    boundary's checkpoint rather than before it.
+
+    Only the trainers' own scoring (a sketch request, no snapshot) at ``staleness >= 1`` does: it scores the
+    chunk after the next, so the next chunk's decision, which the checkpoint waits for, was made a boundary
+    earlier; and a save right after the scoring pass was slower (20 against 13 ms a checkpoint at L = 8, the
+    same files: docs/results/bench-pipeline-default-d3-2026-12-05.md). A resumed run prepares at its first
+    version anyway (``TrainerSide.start``). With a snapshot, or at staleness 0, the next chunk's decision
+    needs this boundary's preparation: it comes first.
+    """
+    sketch = requests.sketch
+    return requests.snapshot is None and sketch is not None and sketch.staleness >= 1
+
+
 class TrainerSide:
     """One trainer rank's share of the scheduler's requests (see the module docstring).
 
@@ -149,12 +164,23 @@ class TrainerSide:
         self.logs = logs
         self._prepare(version, step)
 
+    @property
+    def prepares_after_checkpoint(self) -> bool:
+        """Whether a chunk boundary's preparation waits for the boundary's checkpoint (:func:`prepares_after_checkpoint`)."""
+        return prepares_after_checkpoint(self.requests)
+
     def chunk_trained(self, chunk: Any, losses: np.ndarray, step: int, more: bool) -> None:
-        """After the last step of ``chunk``: its feedback (rank 0), then, when ``more`` chunks train, what
-        the next ones need at version ``chunk.chunk_id + 1``."""
+        """After the last step of ``chunk``: its feedback (rank 0, before any checkpoint: the coordinator's
+        state in it waits for that feedback), then, when ``more`` chunks train and the preparation does not
+        wait for the checkpoint, what the next ones need at version ``chunk.chunk_id + 1``."""
         if self.requests.feedback is not None and self.rank == 0:
             self.coordinator.feedback.remote(chunk_feedback(chunk, losses))
-        if more:
+        if more and not self.prepares_after_checkpoint:
+            self._prepare(chunk.chunk_id + 1, step)
+
+    def after_checkpoint(self, chunk: Any, step: int, more: bool) -> None:
+        """After the boundary's checkpoint (saved or not due): the preparation :meth:`chunk_trained` left to it."""
+        if more and self.prepares_after_checkpoint:
             self._prepare(chunk.chunk_id + 1, step)
 
     def _prepare(self, version: int, step: int) -> None:
