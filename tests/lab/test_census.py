@@ -72,6 +72,7 @@ def test_census_random_run_own_order_reproduces_next_checkpoint_and_rerun_skips(
     report = json.loads((out / "census.json").read_text())
     [repro] = report["reproduction"]
     assert repro["from_checkpoint"] == 1 and repro["chunk"] == 1 and repro["tensors"] > 0
+    assert (run_dir / repro["against"]).is_dir() and "/" not in repro["against"]  # named inside the run, not by this box's path
     assert repro["close"], f"the run's own order drifted from the run's next checkpoint: max |Δθ| {repro['max_abs_diff']}"
     run_order = next(r["order"] for r in read_jsonl(run_dir / "schedule_log.jsonl") if r["chunk_id"] == 1)
     branches = {p.stem: json.loads(p.read_text()) for p in cdir.glob("*.json")}

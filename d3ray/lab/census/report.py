@@ -57,7 +57,7 @@ def write_report(out: Path, command: str, setup: dict[str, Any]) -> dict[str, An
         for name, result in entry["branches"].items():
             if name == "run" and "reproduction" in result:
                 r = result["reproduction"]
-                report["reproduction"].append({"from_checkpoint": K, "chunk": c, "against": r["checkpoint"],
+                report["reproduction"].append({"from_checkpoint": K, "chunk": c, "against": Path(r["checkpoint"]).name,
                                                "max_abs_diff": r["max_abs_diff"], "close": r["close"],
                                                "tensors": r["tensors"]})
     if setup.get("control") == "recency":
