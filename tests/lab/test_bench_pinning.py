@@ -62,3 +62,18 @@ def test_pinner_moves_a_trainer_titled_process_to_core_0_and_gives_the_driver_it
         child.kill()
         child.wait()
         os.kill(orphan, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs Linux affinity and at least 2 cores")
+def test_pinner_pass_with_more_trainer_processes_than_trainers_moves_nothing_and_keeps_running(caplog):
+    title = ["ray::RayTrainWorker.__init__", "-c", "import time; time.sleep(30)"]
+    children = [subprocess.Popen(title, executable=sys.executable) for _ in range(2)]
+    try:
+        pinner = CorePinner(trainers=1)
+        pinner.pin_once()  # in the background thread a raise would end the pinning for the rest of the run
+        assert pinner.moves == 0 and "2 RayTrainWorker processes for 1 trainers" in caplog.text
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()

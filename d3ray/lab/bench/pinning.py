@@ -102,7 +102,12 @@ class CorePinner:
         """Move every process of the run that is off its plan's cores (one pass over ``/proc``)."""
         roles = self._roles()
         self.trainers_seen |= {pid for pid, role in roles.items() if role == TRAINER_ROLE}
-        for pid, cores in core_plan(roles, self.cpus, self.trainers).items():
+        try:
+            plan = core_plan(roles, self.cpus, self.trainers)
+        except ValueError as err:  # e.g. the last run's trainer still exiting: this pass moves nothing, the next retries
+            logger.warning("--own-cores: %s; pinning again in %.1f s", err, self.interval_s)
+            return
+        for pid, cores in plan.items():
             for tid in _threads(pid):  # affinity is per thread: a process started on the rest's cores keeps
                 try:               # the threads it made there (Ray's, gloo's) unless each is moved
                     if os.sched_getaffinity(tid) != cores:

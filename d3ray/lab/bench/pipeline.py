@@ -30,7 +30,8 @@ batch's sequences over all parameters, nothing sketched, scored by the trainers 
 ``--set KEY=VALUE`` changes them for the scheduler's run only (``--set 'schedule.placement={type: actors, nice:
 19}'``: the influence actor, at niceness 19 where it shares the trainers' cores; Ray runs every worker at 15),
 and the JSON records the resolved schedule config. On a 2-core box influence is CPU work on the trainers'
-cores whoever does it; on GPU clusters the actors have their own (fractional) GPU. Measured figures:
+cores whoever does it; on GPU clusters the actors have their own (fractional) GPU. ``--own-cores`` is the CPU
+stand-in for that: trainer i alone on core i, the rest of the run on the other cores (``pinning.py``). Measured figures:
 README.md ("Benchmarks").
 """
 
