@@ -193,7 +193,8 @@ class ChunkDecision:
     """ObjectRefs of the selected batches when the scheduler already put them (not checkpointed)."""
 
     def to_state(self) -> dict[str, Any]:
-        """JSON-safe form kept in checkpoints (everything but ``record`` and ``matrix``)."""
+        """JSON-safe form kept in checkpoints (everything but ``matrix``): a resumed run logs a restored
+        decision with the record that made it (what decided it, its predictions), marked as restored."""
         return {
             "order": list(self.order),
             "selection": None if self.selection is None else [list(b) for b in self.selection],
@@ -202,6 +203,7 @@ class ChunkDecision:
                 "strategy": self.loss_weighting.strategy, "params": dict(self.loss_weighting.params)},
             "skipped": {k: list(v) for k, v in self.skipped.items()},
             "fallback": self.fallback,
+            "record": dict(self.record),  # JSON already: the schedule log writes it
         }
 
     @classmethod
@@ -216,7 +218,7 @@ class ChunkDecision:
             loss_weighting=None if lw is None else LossWeighting(lw["strategy"], dict(lw["params"])),
             skipped={k: tuple(int(i) for i in v) for k, v in state.get("skipped", {}).items()},
             fallback=bool(state.get("fallback", False)),
-            record={"reused_from_checkpoint": True},
+            record={**state.get("record", {}), "reused_from_checkpoint": True},
         )
 
 

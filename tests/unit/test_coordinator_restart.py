@@ -39,3 +39,21 @@ def test_a_chunk_restored_without_a_cursor_is_reached_by_reading_from_chunk_0():
     assert made == [None] and p.next_id == 30
     assert next(p._iter).chunk_id == 30  # 30 chunks skipped: the next one read is the one asked for
     assert p._state.chunks_skipped_on_seek == 30 and p._state.restarts_from_cursor == 0
+
+
+def test_a_second_rank_asking_for_the_chunk_being_sought_does_not_seek_again():
+    """Two trainer ranks resumed from a checkpoint both ask for its chunk; the second ask arrives while the
+    producer restarts the stream for the first. It must not queue a second restart: one re-read the chunk
+    after a checkpoint had released its decision and waited for its influence for ever (a hang seen in
+    the in-trainer kill-while-scoring test)."""
+    made: list = []
+    p = producer(made)
+    p.next_id = 4  # the producer had reached chunk 4 before the trainers failed
+    with p.cond:
+        p.request(1)  # rank 0 resumes at chunk 1, released before: a seek
+        assert p._seek_to == 1
+        assert p._take_seek() == 1  # the producer thread takes it ...
+        p.request(1)  # ... and rank 1's ask for the same chunk arrives during the restart
+        assert p._seek_to is None
+        p.request(0)  # an earlier chunk still seeks
+        assert p._seek_to == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -106,10 +107,12 @@ def test_staged_merge_composes_a_regrouping_order_stage_with_the_selection() -> 
 def test_chunk_decision_state_round_trip() -> None:
     decision = ChunkDecision(order=(1, 0), selection=((3, 2), (0, 1)), sample_weights=((0.5, 1.5), (1.0, 1.0)),
                              loss_weighting=LossWeighting("linupper", {"delta": 1.0}), skipped={"x": (4,)},
-                             fallback=True)
-    again = ChunkDecision.from_state(decision.to_state())
+                             fallback=True, record={"scheduler": "d3", "influence_placement": "in_trainer", "cost": 0.5})
+    again = ChunkDecision.from_state(json.loads(json.dumps(decision.to_state())))  # as a checkpoint's state.json holds it
     assert (again.order, again.selection, again.sample_weights, again.loss_weighting, again.skipped, again.fallback) == (
         decision.order, decision.selection, decision.sample_weights, decision.loss_weighting, decision.skipped, True)
+    # a resumed run logs the restored decision with what made it, marked as restored
+    assert again.record == {**decision.record, "reused_from_checkpoint": True}
 
 
 @pytest.mark.parametrize(

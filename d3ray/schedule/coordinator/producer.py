@@ -162,8 +162,7 @@ class ChunkProducer:
                 with self.cond:
                     while self._seek_to is None and self.next_id > self._wanted:
                         self.cond.wait()
-                    seek = self._seek_to
-                    self._seek_to = None
+                    seek = self._take_seek()
                 try:
                     if seek is not None:
                         self._restart_stream(seek)
@@ -180,6 +179,16 @@ class ChunkProducer:
             with self.cond:
                 self.error = err
                 self.cond.notify_all()
+
+    def _take_seek(self) -> int | None:
+        """The chunk to seek to, if one was asked for (called with the condition held). The producer is there
+        from now on: another rank asking for the same chunk while the stream restarts is no second seek (it
+        was, and a second restart could re-read a chunk after a checkpoint released its decision, then wait
+        for its influence for ever)."""
+        seek, self._seek_to = self._seek_to, None
+        if seek is not None:
+            self.next_id = seek
+        return seek
 
     def _new_stream(self, cursor: dict[str, Any] | None) -> ChunkStream:
         if self._inputs.mixture:
