@@ -1,8 +1,9 @@
 """In-memory stand-ins for interfaces of d3ray (never for its own logic): a sequence source
 (``d3ray.data.source.SequenceSource``, whose readers can be shared like ``CorpusSource``'s) over a list,
-for pure tests of the chunk stream."""
+for pure tests of the chunk stream; the coordinator's ``sketch_request`` for the trainers' batch fetch."""
 
 import copy
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,3 +95,28 @@ def make_list_chunk_stream(cursor):
     from d3ray.data.chunker import ChunkStream
 
     return ChunkStream(make_source(19), batch_size=2, chunk_len=2, shuffle_buffer=3, seed=1, cursor=cursor)
+
+
+class SketchOffers:
+    """The ScheduleCoordinator's ``sketch_request`` contract (a Ray actor in the test): the refs and ids of
+    an offered chunk, None for one offered as needing no scoring, waiting until the chunk is offered."""
+
+    def __init__(self) -> None:
+        self.offered: dict[int, tuple] = {}
+        self.cond = threading.Condition()
+
+    def offer(self, chunk_id: int, batches: list | None) -> None:
+        import ray
+
+        with self.cond:
+            self.offered[chunk_id] = None if batches is None else (
+                tuple(ray.put(b) for b in batches), [100 * chunk_id + i for i in range(len(batches))])
+            self.cond.notify_all()
+
+    def sketch_request(self, chunk_id: int):
+        if chunk_id < 0:
+            raise ValueError(f"no chunk {chunk_id}")
+        with self.cond:
+            while chunk_id not in self.offered:
+                self.cond.wait()
+            return self.offered[chunk_id]

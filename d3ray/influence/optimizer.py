@@ -150,10 +150,13 @@ class AdamWState:
 
     def tensors(self, names: Iterable[str], device: torch.device, dtype: torch.dtype) -> tuple[Params, Params]:
         """(m, v) of these parameters as ``dtype`` tensors on ``device``, the compute dtype whatever the
-        shipped one (a bfloat16 snapshot is widened here). Copies: arrays from ray.get are read-only,
-        and the state stays untouched for the next chunk."""
-        m = {n: _tensor_copy(self.exp_avg[n], device, dtype) for n in names}
-        v = {n: _tensor_copy(self.exp_avg_sq[n], device, dtype) for n in m}
+        shipped one (a bfloat16 snapshot is widened here). Read-only for every caller (the directions of
+        drift.py and :func:`adamw_direction` make new tensors): a torch tensor already in ``dtype`` on
+        ``device`` (the trainers' own state, ``full_optimizer_state``) is used as it is, not copied (the
+        copies were a quarter of the in-trainer scoring pass); numpy arrays (from ray.get: read-only) are
+        copied."""
+        m = {n: _as_tensor(self.exp_avg[n], device, dtype) for n in names}
+        v = {n: _as_tensor(self.exp_avg_sq[n], device, dtype) for n in m}
         return m, v
 
 
@@ -164,10 +167,11 @@ def _is_float(x: Any) -> bool:
     return isinstance(x, np.ndarray) and np.issubdtype(x.dtype, np.floating)
 
 
-def _tensor_copy(x: np.ndarray | torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """A fresh ``dtype`` tensor on ``device`` holding ``x`` (numpy or torch, any float dtype)."""
+def _as_tensor(x: np.ndarray | torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` (numpy or torch, any float dtype) as a ``dtype`` tensor on ``device``: a torch tensor itself where
+    it already is one (detached), else a new tensor."""
     if torch.is_tensor(x):
-        return x.detach().to(device=device, dtype=dtype, copy=True)
+        return x.detach().to(device=device, dtype=dtype)
     return torch.tensor(np.asarray(x), device=device, dtype=dtype)
 
 

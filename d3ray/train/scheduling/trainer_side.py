@@ -34,6 +34,7 @@ import numpy as np
 
 from d3ray.data.chunker import chunks_to_train
 from d3ray.schedule.scheduler import ChunkFeedback, SketchRequest, SnapshotRequest, TrainerRequests
+from d3ray.train.scheduling.batch_fetch import BatchFetcher
 from d3ray.train.trainer_rank import TrainerRank
 
 logger = logging.getLogger(__name__)
@@ -57,15 +58,16 @@ def publish_snapshot(trainer: TrainerRank, coordinator: Any, version: int, reque
 
 
 def sketch_due_chunks(scorer: Any, request: SketchRequest, total_chunks: int, coordinator: Any, version: int,
-                      rank: int) -> dict[str, float]:
+                      rank: int, fetcher: BatchFetcher | None = None) -> dict[str, float]:
     """Sketch the chunks due at weights ``version`` and hand each chunk's S to the coordinator (rank 0
     merges the sketches); every rank calls. Returns the seconds spent (trainer time, logged as such):
-    ``total``, and of it ``fetch`` (asking the coordinator for the batches and sharing them over the ranks)
+    ``total``, and of it ``fetch`` (the batches: rank 0's wait for them, and sharing them over the ranks)
     and ``score`` (the scorer's pass, its collectives included).
 
-    Rank 0 asks the coordinator for each chunk's batches (None: a chunk restored from a checkpoint, or
-    sketched before a rollback, needs none), fetches them and broadcasts them to the other ranks (tens of
-    KiB of token ids: one Ray round trip per chunk, not one per rank); then every rank scores the same
+    Rank 0 takes each chunk's batches from ``fetcher`` (fetched ahead, or asked of the coordinator now;
+    None: a chunk restored from a checkpoint, or sketched before a rollback, needs none) and broadcasts
+    them to the other ranks (tens of KiB of token ids: one Ray round trip per chunk, not one per rank),
+    then fetches the next version's ahead (``batch_fetch.py``); then every rank scores the same
     batches together (``scorer``: a :class:`~d3ray.train.scheduling.sharded_influence.ShardedScorer` or a
     :class:`~d3ray.train.scheduling.trainer_potential.TrainerPotential`). The potential alone leaves rank 0 as the L
     numbers f (a ``ChunkPotential``: the coordinator sorts them); anything else as the chunk's S.
@@ -77,16 +79,13 @@ def sketch_due_chunks(scorer: Any, request: SketchRequest, total_chunks: int, co
 
     # the potential alone (no residual sketched): its order is the sort of f (D3ScheduleConfig.sorts_potential)
     potential_only = request.influence.estimator.exact_potential and not request.influence.estimator.sketches_residual
+    if rank == 0 and fetcher is None:
+        fetcher = BatchFetcher(coordinator)
     start = time.perf_counter()
     fetch = score = 0.0
     for chunk_id in request.due(version, total_chunks):
         t_fetch = time.perf_counter()
-        work: list[Any] = [None]
-        if rank == 0:
-            asked = ray.get(coordinator.sketch_request.remote(chunk_id))
-            if asked is not None:
-                refs, batch_ids = asked
-                work = [(ray.get(list(refs)), list(batch_ids))]
+        work: list[Any] = [fetcher.take(chunk_id) if rank == 0 else None]
         dist.broadcast_object_list(work, src=0)
         t_score = time.perf_counter()
         fetch += t_score - t_fetch
@@ -156,6 +155,7 @@ class TrainerSide:
             from d3ray.train.scheduling.sharded_influence import ShardedScorer
 
             self.scorer = ShardedScorer(trainer, requests.sketch.influence, run_dir=run_dir)
+        self.fetcher = BatchFetcher(coordinator) if self.scorer is not None and self.rank == 0 else None
 
     def start(self, version: int, step: int, logs: Any = None) -> None:
         """Before the first chunk this process trains: what the first chunks need, at ``version`` (0 on a
@@ -192,7 +192,10 @@ class TrainerSide:
         if self.scorer is not None:
             sketch = self.requests.sketch
             seconds = sketch_due_chunks(self.scorer, sketch, chunks_to_train(version, step, self.steps, sketch.L),
-                                        self.coordinator, version, self.rank)
+                                        self.coordinator, version, self.rank, self.fetcher)
+            if self.fetcher is not None:  # the next boundary's batches, while the next chunk trains
+                self.fetcher.ahead(sketch.due(version + 1, chunks_to_train(version + 1, step + sketch.L,
+                                                                           self.steps, sketch.L)))
             if self.logs is not None:  # the pass, and of it the batches' fetch and the scoring itself
                 self.logs.log_metrics({"step": step, "time/in_trainer_influence_sec": seconds["total"],
                                        "time/in_trainer_fetch_sec": seconds["fetch"],
