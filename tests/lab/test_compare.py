@@ -20,6 +20,7 @@ from d3ray.cli import main
 from d3ray.config_loading import load_config
 from d3ray.faults import FaultPlan, write_plan
 from d3ray.lab.compare import build_plan, run_grid, write_report
+from d3ray.lab.compare.grid import run_limit
 from d3ray.run_files import read_jsonl
 from tests.conftest import make_corpus
 
@@ -115,14 +116,34 @@ def test_compare_parallel_tasks_record_each_runs_error(ray_cluster, corpus, tmp_
     from d3ray.lab.compare.config import CompareConfig
 
     config_file = write_compare_config(tmp_path, corpus)
-    cfg = load_config(CompareConfig, config_file, [
-        "--max_concurrent_runs=2", "--seeds=[0]",
-        f"--set={{data.validation_paths: [{tmp_path / 'missing'}]}}",
+    cfg = load_config(CompareConfig, config_file, [  # small runs: two fit the tests' 4 CPUs at once
+        "--max_concurrent_runs=2", "--seeds=[0]", "--driver_cpus=0.25",
+        f"--set={{data.validation_paths: [{tmp_path / 'missing'}], train.num_workers: 1, data.tokenize_cpus: 0.25}}",
         "--arms=[{name: random, set: {schedule.type: random}}, {name: sequential, set: {schedule.type: sequential}}]"])
+    assert run_limit(build_plan(cfg), build_plan(cfg).runs) == 2
     outcomes = run_grid(build_plan(cfg))
     assert [o.status for o in outcomes] == ["failed", "failed"]
     assert all(o.error.startswith("DataPathError") and "missing" in o.error for o in outcomes)
     assert all((o.spec.run_dir / "compare_status.json").is_file() for o in outcomes)
+
+
+def test_compare_asked_for_more_runs_at_once_than_fit_runs_what_fits_and_says_so(ray_cluster, corpus, tmp_path, capsys):
+    """max_concurrent_runs=3 of runs that need 3.5 CPUs each (driver 1, trainer 1, the stream 1.5) on the tests'
+    4 CPUs: one at a time, said in one line (more would wait on each other's CPUs until Ray Train's start-up
+    timeout)."""
+    from d3ray.lab.compare.config import CompareConfig
+
+    cfg = load_config(CompareConfig, write_compare_config(tmp_path, corpus), [
+        "--max_concurrent_runs=3", "--seeds=[0, 1]", "--arms=[{name: random, set: {}}]"])
+    plan = build_plan(cfg)
+    assert run_limit(plan, plan.runs) == 1
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("compare: max_concurrent_runs=3, but 1 run(s) fit this cluster at once (a run needs ")
+    assert line.endswith("running 1 at a time")
+    assert run_limit(plan, plan.runs, local=False) == 3  # a cluster's autoscaler may add the nodes: as asked
+    cfg = load_config(CompareConfig, write_compare_config(tmp_path, corpus), ["--max_concurrent_runs=1"])
+    assert run_limit(build_plan(cfg), build_plan(cfg).runs) == 1  # as asked: no cluster read, no line
+    assert capsys.readouterr().out == ""
 
 
 def test_compare_trunk_arms_branch_at_its_checkpoint_with_fresh_schedulers(ray_cluster, corpus, tmp_path):

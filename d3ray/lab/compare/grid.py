@@ -5,7 +5,8 @@
                    ──► the rest, in plan order:
                          max_concurrent_runs = 1   one after another in this process (one Ray instance)
                          max_concurrent_runs = N   Ray tasks (one per run, ``driver_cpus`` each, a fresh
-                                                   worker process per run), at most N in flight
+                                                   worker process per run), at most N in flight (fewer,
+                                                   said, where fewer runs fit the cluster: run_limit)
                          max_concurrent_runs = 0   N from the cluster and each run's needs (tune.trial_resources)
     each run: run_pretrain(cfg) → done | failed (error + traceback in <run_dir>/compare_error.txt);
               <run_dir>/compare_status.json records the outcome either way
@@ -176,7 +177,7 @@ def _execute(plan: ComparePlan, todo: list[RunSpec]) -> list[RunOutcome]:
 
     owns_ray = start_ray(plan.compare.ray, worker_env(plan.base))
     try:
-        limit = plan.compare.max_concurrent_runs or derive_concurrency(plan, todo)
+        limit = run_limit(plan, todo, local=owns_ray and plan.compare.ray.address in (None, "local"))
 
         def run(specs: list[RunSpec]) -> list[RunOutcome]:
             if not specs:
@@ -223,8 +224,27 @@ def _branch_from_trunks(plan: ComparePlan, todo: list[RunSpec], run: Any) -> tup
     return ready, failed
 
 
-def derive_concurrency(plan: ComparePlan, todo: list[RunSpec]) -> int:
-    """Runs that fit the cluster at once (``max_concurrent_runs: 0``), as ``d3ray sweep`` sizes trials."""
+def run_limit(plan: ComparePlan, todo: list[RunSpec], local: bool = True) -> int:
+    """Runs at once: 1 as asked; else what fits the cluster (``max_concurrent_runs: 0``), or the N asked for.
+    On a local Ray instance this process started (``local``) more than fit would each start their trainers
+    and actors and wait on each other's CPUs until Ray Train's start-up timeout (runs of actor arms stalled
+    so on a 2-core box): N is lowered to what fits, said in one line. On a cluster N is taken as given (an
+    autoscaler may add the nodes)."""
+    asked = plan.compare.max_concurrent_runs
+    if asked == 1:
+        return 1
+    fits, per_run, cluster = derive_concurrency(plan, todo)
+    if asked and (asked <= fits or not local):
+        return asked
+    if asked:
+        print(f"compare: max_concurrent_runs={asked}, but {fits} run(s) fit this cluster at once (a run needs "
+              f"{per_run} with its driver; the cluster has {cluster}): running {fits} at a time", flush=True)
+    return fits
+
+
+def derive_concurrency(plan: ComparePlan, todo: list[RunSpec]) -> tuple[int, dict, dict]:
+    """(runs that fit the cluster at once, the most a run needs of each resource, the cluster's resources),
+    as ``d3ray sweep`` sizes trials."""
     import ray
 
     from d3ray.tune.trial_resources import concurrent_trials
@@ -233,7 +253,7 @@ def derive_concurrency(plan: ComparePlan, todo: list[RunSpec]) -> int:
     limit, per_run = concurrent_trials(cluster, [spec.config for spec in todo if spec.config is not None],
                                        plan.compare.driver_cpus)
     logger.info("compare: per run %s, cluster %s → %d runs at once", per_run, cluster, limit)
-    return limit
+    return limit, per_run, cluster
 
 
 def execute_run(cfg: RunConfig, init_from: str | None = None) -> dict[str, Any]:
