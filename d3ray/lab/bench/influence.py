@@ -158,8 +158,9 @@ def bench_weights(model: str, cfg_dict: dict, snap, corpus, args, with_cost: boo
     tag = f"[{model} @{snap.steps}]"
 
     t0 = time.perf_counter()
-    ref_cfg = InfluenceConfig(
-        estimator=LookaheadConfig(), preconditioner="adam", dtype=args.reference_dtype, device=args.device
+    ref_cfg = InfluenceConfig(  # whole batches: every sequence (the default samples an eighth of them)
+        estimator=LookaheadConfig(), preconditioner="adam", sample_fraction=1.0, dtype=args.reference_dtype,
+        device=args.device,
     )
     look = InfluenceWorker(cfg_dict, ref_cfg)
     S_ref = [None] + [
