@@ -183,7 +183,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     per_rank = tcfg.global_batch_size // world
     my_rows = slice(rank * per_rank, (rank + 1) * per_rank)
     loss_value = float("nan")
-    next_ref = coordinator.get_chunk.remote(state.next_chunk)
+    next_ref = coordinator.get_chunk.remote(state.next_chunk, state.next_chunk)  # ahead: once its length is known
     end = tcfg.stop_at_step or tcfg.steps  # a compare trunk stops early; its LR schedule is that of tcfg.steps
     while state.step < end:
         t_wait = time.perf_counter()
@@ -193,7 +193,10 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             logger.error("stopping: %s", err)
             return {"steps": state.step, "stopped_by_user_error": True}
         wait_s = time.perf_counter() - t_wait + checkpointer.take_carried_wait()
-        next_ref = coordinator.get_chunk.remote(chunk.chunk_id + 1)  # prefetch the next decided chunk
+        after = end - (state.step + chunk.steps - state.position)  # steps left once this chunk is trained
+        # prefetch the next decided chunk, if the run trains one, and nothing past the run's last chunk
+        last = chunk.chunk_id + -(-after // max(chunk.steps, 1))  # at this chunk's length
+        next_ref = coordinator.get_chunk.remote(chunk.chunk_id + 1, last) if after > 0 else None
         steps_log.chunk_started(chunk, wait_s, state.position)
         chunk_losses = np.full((chunk.steps, tcfg.global_batch_size), np.nan, dtype=np.float32)
         first_position = state.position

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import json
 
 import numpy as np
 import pytest
@@ -158,6 +159,8 @@ def test_scheduler_contract_short_run_completes_logs_and_accounts_for_every_samp
     assert sum(trained.values()) == STEPS * B
     kept = cfg.schedule.window_batches() - L
     assert sum(skipped.values()) == kept * B * len(schedule), "a selector skips the rest of its window"
+    if not mixes(name):  # no rollback: every chunk the coordinator read was trained (none past the last)
+        assert json.loads((cfg.run_dir / "data_quality.json").read_text())["chunks_produced"] == len(schedule)
 
 
 # ---- 2. every scheduler in SFT, the task as the domain, restored mid-run ---------------------------

@@ -57,3 +57,14 @@ def test_a_second_rank_asking_for_the_chunk_being_sought_does_not_seek_again():
         assert p._seek_to is None
         p.request(0)  # an earlier chunk still seeks
         assert p._seek_to == 0
+
+
+def test_a_request_produces_ahead_but_not_past_the_run_s_last_chunk():
+    p = producer([])
+    with p.cond:
+        p.request(3)  # no bound given: prefetch_chunks (2) ahead
+        assert p._wanted == 5
+        p.request(4, through=5)  # the run's last chunk is 5: nothing past it
+        assert p._wanted == 5
+        p.request(8, through=5)  # a chunk asked for is produced whatever the bound said
+        assert p._wanted == 8

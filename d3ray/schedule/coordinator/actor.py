@@ -114,10 +114,12 @@ class ScheduleCoordinator:
                 logger.warning("a scheduler actor did not start: %s", err)
         return time.perf_counter() - start
 
-    def get_chunk(self, chunk_id: int) -> DecidedChunk:
-        """Block until chunk ``chunk_id`` is produced and decided; its batches in training order."""
+    def get_chunk(self, chunk_id: int, through: int | None = None) -> DecidedChunk:
+        """Block until chunk ``chunk_id`` is produced and decided; its batches in training order.
+        ``through``: the last chunk the trainers expect to train (as far as they know), past which nothing is
+        produced ahead (None: ``prefetch_chunks`` ahead whatever the run's length)."""
         with self._cond:
-            self._producer.request(chunk_id)
+            self._producer.request(chunk_id, through)
             while chunk_id not in self._producer.slots and self._producer.error is None:
                 self._cond.wait(timeout=1.0)
             if self._producer.error is not None:

@@ -119,12 +119,16 @@ class ChunkProducer:
         self._thread.start()
 
     # ---- requests (called with the condition held) ------------------------------------------------------
-    def request(self, chunk_id: int) -> None:
-        """A trainer needs ``chunk_id``: seek back if it was released, and produce up to ``prefetch`` past it."""
+    def request(self, chunk_id: int, through: int | None = None) -> None:
+        """A trainer needs ``chunk_id``: seek back if it was released, and produce up to ``prefetch`` past it,
+        but not past ``through`` (the run's last chunk as the trainers know it; never below ``chunk_id``).
+        Without it a run's last chunks had ``prefetch`` chunks read, tokenized and put past them for nothing
+        (15 chunks for 12 trained at L = 8, 6 for 3 at L = 32)."""
         if chunk_id < self.next_id and chunk_id not in self.slots:
             self._seek_to = chunk_id if self._seek_to is None else min(self._seek_to, chunk_id)
         self._trainers_asked = True
-        self.want(chunk_id + self._prefetch)
+        ahead = chunk_id + self._prefetch
+        self.want(ahead if through is None else max(chunk_id, min(ahead, through)))
 
     def want(self, chunk_id: int) -> None:
         """Produce at least up to ``chunk_id``."""
