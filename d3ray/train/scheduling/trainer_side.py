@@ -58,16 +58,16 @@ def publish_snapshot(trainer: TrainerRank, coordinator: Any, version: int, reque
 
 
 def sketch_due_chunks(scorer: Any, request: SketchRequest, total_chunks: int, coordinator: Any, version: int,
-                      rank: int, fetcher: BatchFetcher | None = None) -> dict[str, float]:
+                      rank: int, fetcher: BatchFetcher | None) -> dict[str, float]:
     """Sketch the chunks due at weights ``version`` and hand each chunk's S to the coordinator (rank 0
     merges the sketches); every rank calls. Returns the seconds spent (trainer time, logged as such):
     ``total``, and of it ``fetch`` (the batches: rank 0's wait for them, and sharing them over the ranks)
     and ``score`` (the scorer's pass, its collectives included).
 
-    Rank 0 takes each chunk's batches from ``fetcher`` (fetched ahead, or asked of the coordinator now;
-    None: a chunk restored from a checkpoint, or sketched before a rollback, needs none) and broadcasts
-    them to the other ranks (tens of KiB of token ids: one Ray round trip per chunk, not one per rank),
-    then fetches the next version's ahead (``batch_fetch.py``); then every rank scores the same
+    Rank 0 takes each chunk's batches from its ``fetcher`` (None on the other ranks; fetched a boundary
+    ahead by :class:`TrainerSide`, else asked of the coordinator now, ``batch_fetch.py``; None for a chunk
+    restored from a checkpoint, or sketched before a rollback) and broadcasts them to the other ranks (tens
+    of KiB of token ids: one Ray round trip per chunk, not one per rank); then every rank scores the same
     batches together (``scorer``: a :class:`~d3ray.train.scheduling.sharded_influence.ShardedScorer` or a
     :class:`~d3ray.train.scheduling.trainer_potential.TrainerPotential`). The potential alone leaves rank 0 as the L
     numbers f (a ``ChunkPotential``: the coordinator sorts them); anything else as the chunk's S.
@@ -79,8 +79,6 @@ def sketch_due_chunks(scorer: Any, request: SketchRequest, total_chunks: int, co
 
     # the potential alone (no residual sketched): its order is the sort of f (D3ScheduleConfig.sorts_potential)
     potential_only = request.influence.estimator.exact_potential and not request.influence.estimator.sketches_residual
-    if rank == 0 and fetcher is None:
-        fetcher = BatchFetcher(coordinator)
     start = time.perf_counter()
     fetch = score = 0.0
     for chunk_id in request.due(version, total_chunks):
