@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -260,6 +260,7 @@ def potential_chunk(
     params: Params,
     config: InfluenceConfig,
     optimizer: AdamWState | None,
+    drift: Callable[[], Params] | None = None,
 ) -> BatchSketches:
     """The drift potential alone (``drift``, ``residual: none``, ``potential: jvp | step``) of a share of a chunk.
 
@@ -269,12 +270,29 @@ def potential_chunk(
     batched passes instead of one forward + backward per batch. A batch whose loss or f is not finite is
     excluded (f = 0) and logged.
 
+    ``drift``: a function that returns w of eq. P1 by name, whole, where the caller assembles it (the
+    trainers, from their ZeRO partitions: ``train/scheduling/snapshot.py: gathered_drift``; called after
+    the forwards at θ); ``optimizer`` then gives only the step size, and its moments are not read.
+
     Raises:
-        ValueError: the optimizer state is missing or does not fit ``params``.
+        ValueError: the optimizer state is missing or does not fit ``params``; the drift misses a parameter
+            or has another shape.
     """
-    check_optimizer_state(config, optimizer, {n: tuple(p.shape) for n, p in params.items()})
+    shapes = {n: tuple(p.shape) for n, p in params.items()}
+    if drift is None:
+        check_optimizer_state(config, optimizer, shapes)
+    elif optimizer is None:
+        raise ValueError("potential_chunk: a drift needs the optimizer state's step size")
     start = time.perf_counter()
-    w = drift_direction(params, optimizer, _moments(config, optimizer, params))
+
+    def checked_drift() -> Params:
+        w = drift()
+        odd = [n for n, shape in shapes.items() if n not in w or tuple(w[n].shape) != shape]
+        if odd:
+            raise ValueError(f"potential_chunk: the drift w does not fit the parameters {odd[:5]}")
+        return w
+
+    w = drift_direction(params, optimizer, _moments(config, optimizer, params)) if drift is None else checked_drift
     # at lr 0 the drift step moves nothing (and S = lr·(f_j − f_i) is 0 whatever f): the derivative then
     method = config.estimator.potential if optimizer.lr > 0 else "jvp"
     losses, f = batched_potentials(objectives, params, w, config.estimator.tokens_per_pass, method, optimizer.lr)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -72,7 +72,7 @@ def batch_potential(grad: Params, w: Params) -> float:
 def batched_potentials(
     objectives: Sequence[CrossEntropyObjective],
     params: Params,
-    w: Params,
+    w: Params | Callable[[], Params],
     tokens_per_pass: int = 4096,
     method: str = "jvp",
     step_size: float | None = None,
@@ -95,7 +95,9 @@ def batched_potentials(
     Args:
         objectives: the batches; all share one ``logits_fn`` (the worker's model).
         params: name → θ (the parameters that take part).
-        w: name → the drift of eq. P1, same names and dtype as ``params``.
+        w: name → the drift of eq. P1, same names and dtype as ``params``; or a function that returns it,
+            called once, after the forwards at θ under ``step`` (the trainers' w is still crossing the ranks
+            while they run: ``train/scheduling/snapshot.py: gathered_drift``).
         tokens_per_pass: bound on the tokens of one pass (its logits, and their tangents for ``jvp``).
         method: ``jvp`` or ``step``.
         step_size: η > 0, for ``step`` (the optimizer's learning rate).
@@ -119,25 +121,28 @@ def batched_potentials(
     n = len(objectives)
     loss_sum, potential_sum, count = np.zeros(n), np.zeros(n), np.zeros(n)
     primal = {name: t.detach() for name, t in params.items()}
-    tangent = {name: w[name] for name in params}
-    if method == "step":
-        moved = {name: t - step_size * tangent[name] for name, t in primal.items()}  # θ − η·w
-    for owners, inputs, labels in _passes(objectives, tokens_per_pass):
-        logits_fn = objectives[int(owners[0])].logits_fn
+    passes = list(_passes(objectives, tokens_per_pass))
 
-        def row_losses(p: Params, inputs=inputs, labels=labels, logits_fn=logits_fn) -> torch.Tensor:
+    def row_losses(inputs: torch.Tensor, labels: torch.Tensor, logits_fn):
+        def losses(p: Params) -> torch.Tensor:
             logits = logits_fn(p, inputs)
             token = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
                                     ignore_index=IGNORE_INDEX, reduction="none")
             return token.reshape(inputs.shape[0], -1).sum(dim=1)  # (rows,) summed token losses
+        return losses
 
-        if method == "jvp":
-            with sdpa_kernel(SDPBackend.MATH), _builtin_linear():
-                sums, derivative = jvp(row_losses, (primal,), (tangent,))
-        else:
-            with torch.no_grad():
-                sums = row_losses(primal)
-                derivative = (sums - row_losses(moved)) / step_size
+    losses_of = [row_losses(inputs, labels, objectives[int(owners[0])].logits_fn) for owners, inputs, labels in passes]
+    if method == "jvp":
+        tangent = {name: (w() if callable(w) else w)[name] for name in params}
+        with sdpa_kernel(SDPBackend.MATH), _builtin_linear():
+            results = [jvp(losses, (primal,), (tangent,)) for losses in losses_of]
+    else:
+        with torch.no_grad():
+            at_theta = [losses(primal) for losses in losses_of]  # no w needed yet
+            drift = w() if callable(w) else w
+            moved = {name: t - step_size * drift[name] for name, t in primal.items()}  # θ − η·w
+            results = [(sums, (sums - losses(moved)) / step_size) for sums, losses in zip(at_theta, losses_of, strict=True)]
+    for (owners, _, labels), (sums, derivative) in zip(passes, results, strict=True):
         np.add.at(loss_sum, owners, sums.detach().double().cpu().numpy())
         np.add.at(potential_sum, owners, derivative.detach().double().cpu().numpy())
         np.add.at(count, owners, (labels != IGNORE_INDEX).reshape(len(owners), -1).sum(dim=1).cpu().numpy())

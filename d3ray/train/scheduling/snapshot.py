@@ -24,7 +24,7 @@ smallest normal, 6e-5) does not underflow. The readers widen to their compute dt
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -40,6 +40,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "full_optimizer_state",
+    "gathered_drift",
     "master_copies",
     "ship_optimizer_state",
     "ship_state",
@@ -297,6 +298,77 @@ def full_optimizer_state(trainer: TrainerRank) -> AdamWState:
     state = AdamWState(step=adamw_step(base), exp_avg=m_all, exp_avg_sq=v_all, **hyper)
     state.check_covers(shapes)
     return state
+
+
+def gathered_drift(trainer: TrainerRank) -> tuple[AdamWState, Callable[[], dict[str, torch.Tensor]]] | None:
+    """(the AdamW hyperparameters and step count, a function that returns w of eq. P1 by parameter name,
+    float32, whole, on every rank) under ZeRO-1/2, or None where the optimizer state does not lie in flat partitions of one group
+    (ZeRO-0: a rank holds it whole) or before the first step: the caller then takes
+    :func:`full_optimizer_state` and computes w itself. A collective: every rank calls it.
+
+    Each rank computes w = λθ + β1·m ⊘ (b1·d₀) (``d3ray.influence.drift.drift_direction``) on its own
+    fragments of m and v, θ read from the module's parameters there (the values the forwards see), and
+    all-reduces (a bucket at a time) sum the disjoint fragments into a zero buffer, asynchronously: the
+    function waits for them, so the forwards at θ, which need no w, run while w crosses the ranks
+    (``d3ray.influence.drift.batched_potentials`` calls it after them). The formula is
+    elementwise, so every element is the float32 value w computed from the whole state gets, bit for bit;
+    what changes is the cost: one parameter-sized buffer crosses the ranks instead of two (m and v), each
+    rank does 1/W of the arithmetic, and no rank holds m and v whole (tests/integration/test_gathered_drift.py).
+
+    The AdamWState returned carries no moments (``exp_avg`` and ``exp_avg_sq`` are empty): its lr, betas, eps,
+    weight decay and step are the optimizer's, as :func:`full_optimizer_state` reads them.
+    """
+    import deepspeed.comm as dist
+
+    from d3ray.influence.drift import drift_direction
+    from d3ray.train.collectives import collective_device
+
+    engine = trainer.engine
+    base = base_optimizer(engine)
+    named = _named_trainable(engine)
+    if trainer.zero_stage not in (1, 2) or not _flat_partitions(named) or not adamw_started(base):
+        return None  # the same on every rank: the layout and the step count are shared
+    link = getattr(engine.optimizer, "_lazy_init_hp_params_optimizer_state", None)
+    if link is not None:  # a resumed run scores before its first step
+        link()
+    state = AdamWState(step=adamw_step(base), exp_avg={}, exp_avg_sq={}, **adamw_hyperparameters(engine))
+    group = named[0][1]._dp_group
+    device = collective_device(group)
+    # this rank's fragments, packed: where each goes in the whole buffer, and θ, m, v in one tensor each
+    places, thetas, ms, vs = [], [], [], []
+    offset = 0
+    for _, p in named:
+        mapping = p._hp_mapping
+        if mapping is not None:
+            address = mapping.lp_fragment_address
+            places.append((offset + address.start, address.numel))
+            thetas.append(p.detach().reshape(-1).narrow(0, address.start, address.numel).to(torch.float32))
+            ms.append(mapping.get_hp_fragment("exp_avg").detach().reshape(-1))
+            vs.append(mapping.get_hp_fragment("exp_avg_sq").detach().reshape(-1))
+        offset += p.numel()
+    whole = torch.zeros(offset, dtype=torch.float32, device=device)
+    if places:
+        packed = {"w": torch.cat(thetas).to(device)}
+        mine = drift_direction(packed, state, ({"w": torch.cat(ms).to(device)}, {"w": torch.cat(vs).to(device)}))["w"]
+        at = 0
+        for start, numel in places:
+            whole.narrow(0, start, numel).copy_(mine.narrow(0, at, numel))
+            at += numel
+    pending = [dist.all_reduce(whole.narrow(0, start, min(STATE_BUCKET_NUMEL, offset - start)), group=group,
+                               async_op=True)  # at most the snapshot's bound on one message
+               for start in range(0, offset, STATE_BUCKET_NUMEL)]
+    drift, offset = {}, 0
+    for name, p in named:
+        drift[name] = whole.narrow(0, offset, p.numel()).view(p.shape)
+        offset += p.numel()
+
+    def ready() -> dict[str, torch.Tensor]:
+        for work in pending:
+            work.wait()
+        pending.clear()
+        return drift
+
+    return state, ready
 
 
 def snapshot_optimizer_state(trainer: TrainerRank, dtype: str) -> AdamWState | None:

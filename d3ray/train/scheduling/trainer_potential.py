@@ -7,16 +7,18 @@ or a GPU that is all the trainers'), its work lands on one rank, and the lock-st
 one at the next all-reduce: the pair loses about twice what the actor takes (README.md, "Benchmarks").
 Here every rank does an equal share, in step with the others, and no weights snapshot is published:
 
-    the AdamW state, whole on every rank (train/scheduling/snapshot.py: ``full_optimizer_state``; ZeRO-1/2 all-reduce
-    it a bucket at a time, ZeRO-0 reads its own)
-        │ w = λθ + β1·m ⊘ (b1·d₀)                                   eq. P1 (influence/potential.py)
+    w = λθ + β1·m ⊘ (b1·d₀), eq. P1 (influence/drift.py), whole on every rank: under ZeRO-1/2 each rank
+    computes it on its own partition of the AdamW state and an asynchronous all-reduce sums the fragments
+    (train/scheduling/snapshot.py: ``gathered_drift``); ZeRO-0 reads its state whole (``full_optimizer_state``)
+        │
         ▼
     rank r: batches r, r + W, ... of the chunk, their sampled sequences (``sampled_objective``, as the
-    actors sample them), f_i = (ℓ_i(θ) − ℓ_i(θ − η·w)) / η in batched forwards   eq. P2, ``potential: step``
+    actors sample them), f_i = (ℓ_i(θ) − ℓ_i(θ − η·w)) / η in batched forwards, those at θ while w is
+    still crossing the ranks                                                    eq. P2, ``potential: step``
         │ (``chunk.potential_chunk``, the actors' function, on the trainers' own module)
         ▼
     one all-reduce of (ℓ_i, f_i, excluded_i) over the ranks → the chunk's BatchSketches on every rank;
-    rank 0 merges it into S = η·(f_j − f_i) for the coordinator (trainer_side.sketch_due_chunks)
+    rank 0 hands f to the coordinator, which sorts it (trainer_side.sketch_due_chunks)
 
 The forwards run at float32 whatever the module's dtype (a bf16 module is read as float32 copies): θ − η·w
 moves each weight by about η relative to it, below bfloat16's resolution. The module is put in eval mode
@@ -86,10 +88,11 @@ class TrainerPotential:
             batch_ids: their global batch ids.
         """
         from d3ray.data.labels import lm_labels
-        from d3ray.train.scheduling.snapshot import full_optimizer_state
+        from d3ray.train.scheduling.snapshot import full_optimizer_state, gathered_drift
 
         start = time.perf_counter()
-        state = full_optimizer_state(self.trainer)  # a collective: every rank, every chunk
+        gathered = gathered_drift(self.trainer)  # a collective: every rank, every chunk (w still crossing)
+        state, drift = gathered if gathered is not None else (full_optimizer_state(self.trainer), None)
         named = dict(self.module.named_parameters())
         params = {n: named[n].detach().to(torch.float32) for n in self.names}
         # the parameters f does not move, as float32 copies where the module holds another dtype
@@ -111,9 +114,12 @@ class TrainerPotential:
         was_training = self.module.training
         self.module.eval()
         try:
-            part = potential_chunk(objectives, [batch_ids[i] for i in mine], params, self.config, state) if mine else None
+            part = (potential_chunk(objectives, [batch_ids[i] for i in mine], params, self.config, state, drift)
+                    if mine else None)
         finally:
             self.module.train(was_training)
+        if drift is not None:
+            drift()  # a rank with no batch of the chunk waits for its part of w's all-reduce all the same
         # (ℓ, f, excluded) of every batch: each rank fills its own columns, the sum is the chunk's
         numbers = torch.zeros(3, len(batch_ids), dtype=torch.float64)
         if part is not None:
