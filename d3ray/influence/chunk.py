@@ -268,7 +268,8 @@ def potential_chunk(
     f, the losses, the excluded batches) with f from :func:`~d3ray.influence.drift.batched_potentials`
     (``jvp``: d/dε ℓ_i(θ + ε·w); ``step``: (ℓ_i(θ) − ℓ_i(θ − η·w)) / η): every batch of the call in
     batched passes instead of one forward + backward per batch. A batch whose loss or f is not finite is
-    excluded (f = 0) and logged.
+    excluded (f = 0) and logged. Before the optimizer's first step ``step`` gives f = 0 for every batch: w is
+    then λθ alone, whose step changes the losses by about their float32 rounding (``jvp`` keeps λ⟨g_i, θ⟩).
 
     ``drift``: a function that returns w of eq. P1 by name, whole, where the caller assembles it (the
     trainers, from their ZeRO partitions: ``train/scheduling/snapshot.py: gathered_drift``; called after
@@ -301,7 +302,12 @@ def potential_chunk(
     for bid in excluded:
         logger.warning("influence: batch %s has a non-finite loss or potential; excluded", bid)
     f = np.where(finite, f, 0.0)
-    if not np.any(f):  # expected before the first step without weight decay (no momentum yet)
+    if method == "step" and optimizer.step == 0:
+        # Before the first step m = 0 and w = λθ: the step moves each weight by η·λ relative, and ℓ_i by about
+        # the float32 rounding of ℓ_i itself (the seeded default run's f were small whole multiples of one
+        # rounding unit, their order differing between two CPUs). No potential then: f = 0, the stream order.
+        f = np.zeros_like(f)
+    if not np.any(f):  # expected before the first step (no momentum yet)
         logger.log(logging.INFO if optimizer.step == 0 else logging.WARNING,
                    "influence: the AdamW drift potential is zero for every batch (no momentum or weight decay "
                    "yet?): S is zero")
