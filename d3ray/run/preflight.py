@@ -5,7 +5,8 @@ and the fix, instead of failing after minutes of Ray start-up (or hanging on res
         model.attn_implementation=flash_attention_2 → GPUs and the flash-attn package (``d3ray[flash]``)
         optional extras: train.report_to wandb/mlflow → ``d3ray[wandb]`` / ``d3ray[mlflow]``;
             schedule.regressor=lightgbm (RegMix) → ``d3ray[regmix]``
-        storage_path scheme → a pyarrow filesystem (Ray Train writes checkpoints through pyarrow.fs)
+        storage_path scheme → a pyarrow filesystem (Ray Train writes checkpoints through pyarrow.fs);
+            train.checkpoint_upload=direct → a filesystem path, not a URI
         data / eval / SFT paths' schemes → an fsspec filesystem (s3:// needs s3fs, gs:// gcsfs, ...)
     check_cluster(cfg, ...)  right after ``ray.init``: the GPUs the run holds at once against the cluster's
         (trainers + the scheduler's actors in total; trainers on distinct GPUs; a trainer's GPUs on one node)
@@ -120,6 +121,9 @@ def environment_problems(cfg: Any, importable: Callable[[str], bool] = module_im
     storage = storage_problem(cfg.storage_path, importable)
     if storage:
         problems.append(storage)
+    if cfg.train.checkpoint_upload == "direct" and uri_scheme(cfg.storage_path or ""):
+        problems.append(f"train.checkpoint_upload=direct saves into storage_path's directories, which "
+                        f"storage_path={cfg.storage_path!r} is not: use train.checkpoint_upload=auto or async")
     for field_name, path in configured_paths(cfg):
         problem = fsspec_problem(field_name, path)
         if problem and problem not in problems:

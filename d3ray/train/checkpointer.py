@@ -18,6 +18,12 @@ At every chunk boundary (and at the end of the run) the loop hands the checkpoin
                                 for every rank: a rank that arrives late shows there)
                                 and lets the coordinator release the chunks the checkpoint covers
 
+Where the ranks save (``train.checkpoint_upload``): ``direct`` (``auto`` on a filesystem ``storage_path``) into
+the checkpoint's own directory under the run's storage, named by rank 0 and shared with the others, and
+reported as already there (Ray Train's ``NO_UPLOAD``): nothing is copied, and no upload thread takes the
+cores of the chunk after; ``async`` / ``sync`` into a temporary directory that Ray Train copies to storage
+(in a thread while the next chunk trains, or before it) and then deletes.
+
 The coordinator's answer is the same whenever it is asked between the chunk's last step and the save: the
 decisions already served from ``next_chunk`` on (the trainers asked for ``next_chunk`` at the start of this
 chunk; the one after is only asked for once they train ``next_chunk``), the data cursor of ``next_chunk``,
@@ -69,6 +75,17 @@ def resume(trainer: TrainerRank, tcfg: TrainConfig, coordinator: Any, trainer_si
     return state
 
 
+def upload_in_place(upload: str, storage_filesystem: Any) -> bool:
+    """Whether the ranks save straight into storage (``train.checkpoint_upload``: ``direct``, or ``auto`` on
+    a local filesystem, which is also what an NFS mount is to pyarrow)."""
+    import pyarrow.fs
+
+    local = isinstance(storage_filesystem, pyarrow.fs.LocalFileSystem)
+    if upload == "direct" and not local:  # preflight refuses it for a URI storage_path first
+        raise ValueError(f"train.checkpoint_upload=direct needs a filesystem storage_path, not {storage_filesystem.type_name}")
+    return upload == "direct" or (upload == "auto" and local)
+
+
 class Checkpointer:
     """Owns the checkpoint cadence and the save (see the module docstring); every rank calls the same methods.
 
@@ -90,7 +107,10 @@ class Checkpointer:
 
         self.trainer, self.tcfg, self.coordinator, self.trainer_side = trainer, tcfg, coordinator, trainer_side
         self.tokenizer_dir, self.base_model, self.device, self.logs = tokenizer_dir, base_model, device, logs
-        self.upload = ray.train.CheckpointUploadMode[tcfg.checkpoint_upload.upper()]
+        self.storage = ray.train.get_context().get_storage()
+        self.direct = upload_in_place(tcfg.checkpoint_upload, self.storage.storage_filesystem)
+        mode = "no_upload" if self.direct else ("async" if tcfg.checkpoint_upload == "auto" else tcfg.checkpoint_upload)
+        self.upload = ray.train.CheckpointUploadMode[mode.upper()]
         self.last_time, self.last_step = time.perf_counter(), step
         self.due = False
         self.finished = False
@@ -149,21 +169,25 @@ class Checkpointer:
         if rank0:
             state.schedule = self._coordinator_state(state.next_chunk)
         collected = time.perf_counter()
-        if self.trainer.world > 1:  # every rank at the save together: rank 0's wait for the others is its own part
-            import torch.distributed as dist
-
-            dist.barrier()
+        # every rank at the save together (rank 0's wait for the others is its own part), with its directory
+        name = self._shared_name()
         arrived = time.perf_counter()
         report = {**metrics, **{k: v for k, v in last_eval.items() if np.isfinite(v)}}
-        # Ray Train removes the local copy once it is in storage_path; with the asynchronous upload the
-        # next chunk trains while it copies (training only waits on a previous upload still running).
-        local = tempfile.mkdtemp(prefix="d3ray-checkpoint-")
-        save_checkpoint(self.trainer.engine, state, Path(local), self.trainer.rank, Path(self.tokenizer_dir),
+        if self.direct:
+            directory = Path(self.storage.build_checkpoint_path_from_name(name))
+            directory.mkdir(parents=True, exist_ok=True)
+        else:  # Ray Train removes the local copy once it is in storage_path (async: while the next chunk trains)
+            directory = Path(tempfile.mkdtemp(prefix="d3ray-checkpoint-"))
+        save_checkpoint(self.trainer.engine, state, directory, self.trainer.rank, Path(self.tokenizer_dir),
                         base_model=self.base_model)
-        self.trainer_side.save(Path(local))
+        self.trainer_side.save(directory)
         saved = time.perf_counter()
-        ray.train.report(report, checkpoint=ray.train.Checkpoint.from_directory(local),
-                         checkpoint_upload_mode=self.upload, delete_local_checkpoint_after_upload=True)
+        if self.direct:
+            checkpoint = ray.train.Checkpoint(str(directory), filesystem=self.storage.storage_filesystem)
+        else:
+            checkpoint = ray.train.Checkpoint.from_directory(str(directory))
+        ray.train.report(report, checkpoint=checkpoint, checkpoint_dir_name=name, checkpoint_upload_mode=self.upload,
+                         delete_local_checkpoint_after_upload=not self.direct)
         if rank0:  # what the checkpoint cost the trainers (with async: the save, not the upload), and its parts
             end = time.perf_counter()
             self.logs.log_metrics({"step": state.step, "time/checkpoint_sec": end - start,
@@ -172,6 +196,16 @@ class Checkpointer:
                                    "time/checkpoint_save_sec": saved - arrived,
                                    "time/checkpoint_report_sec": end - saved})
             self.coordinator.release.remote(state.next_chunk)
+
+    def _shared_name(self) -> str:
+        """The checkpoint's directory name (Ray Train's ``checkpoint_<timestamp>``), rank 0's for every rank
+        (with several ranks a collective: each waits there for the others)."""
+        name = [self.storage.make_default_checkpoint_dir_name()]
+        if self.trainer.world > 1:
+            import torch.distributed as dist
+
+            dist.broadcast_object_list(name, src=0, device=self.device)
+        return name[0]
 
     def _coordinator_state(self, next_chunk: int) -> dict[str, Any]:
         """The coordinator's ``checkpoint_state(next_chunk)``: the early answer, or (when the next chunk was

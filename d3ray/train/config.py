@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+#: ``train.checkpoint_upload``'s values (TrainConfig.checkpoint_upload says what each does).
+CHECKPOINT_UPLOADS = ("auto", "direct", "async", "sync")
+
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
@@ -63,9 +66,13 @@ class TrainConfig:
     """Checkpoint at the end of the chunk that crosses each multiple of this many steps, instead of
     every ``checkpoint_every_chunks`` chunks (checkpoints fall on chunk boundaries, where the schedule
     state is whole); 0 = count in chunks."""
-    checkpoint_upload: str = "async"
-    """How Ray Train copies a checkpoint to ``storage_path``: ``async`` (training goes on while it
-    uploads; a checkpoint counts, for resume and ``latest``, once it is all in storage) or ``sync``."""
+    checkpoint_upload: str = "auto"
+    """How a checkpoint reaches ``storage_path``: ``direct`` (each rank saves its part straight into the
+    checkpoint's directory there; nothing is copied: for a filesystem path every rank sees, a local disk
+    or NFS), ``async`` (each rank saves to a temporary directory and Ray Train copies it while training
+    goes on; a checkpoint counts, for resume and ``latest``, once it is all in storage) or ``sync`` (the
+    copy before training goes on); ``auto``: ``direct`` where ``storage_path`` is a filesystem path,
+    ``async`` where it is a URI (``s3://``, ``gs://``)."""
     checkpoint_every_sec: float = 0.0
     """Also (or, with ``checkpoint_every_chunks`` set high, only) checkpoint at the end of the first chunk
     that finishes this many seconds after the previous checkpoint (rank 0's clock, shared with every
@@ -123,8 +130,9 @@ class TrainConfig:
             raise ValueError(f"train.checkpoint_every_chunks={self.checkpoint_every_chunks} must be >= 1")
         if self.checkpoint_every_steps < 0:
             raise ValueError(f"train.checkpoint_every_steps={self.checkpoint_every_steps} must be >= 0 (0 = count chunks)")
-        if self.checkpoint_upload not in ("async", "sync"):
-            raise ValueError(f"train.checkpoint_upload={self.checkpoint_upload!r} must be async or sync")
+        if self.checkpoint_upload not in CHECKPOINT_UPLOADS:
+            raise ValueError(f"train.checkpoint_upload={self.checkpoint_upload!r} must be one of "
+                             f"{', '.join(CHECKPOINT_UPLOADS)}")
         if self.checkpoint_every_sec < 0:
             raise ValueError(f"train.checkpoint_every_sec={self.checkpoint_every_sec} must be >= 0 (0 = off)")
         if self.deepspeed:

@@ -157,7 +157,7 @@ def test_d3_in_trainer_sharded_influence_survives_a_trainer_killed_while_scoring
     parameter shards (no influence actors, no weights snapshots). Trainer rank 0 is killed while
     sketching chunk 3 (after the checkpoint after chunk 1: the trainers' own scoring comes after the save);
     Ray Train rolls both back to their last registered checkpoint (after chunk 1, or after chunk 0 when the
-    kill beat the asynchronous upload: then chunk 1's decision comes back from that checkpoint, logged with
+    kill beat Ray Train's registration of chunk 1's: then chunk 1's decision comes back from that checkpoint, logged with
     its record) and the run completes exactly once, every chunk ordered (no fallback), the masked batch
     excluded by the sharded path, and only the chunk's S (a few hundred bytes) shipped per chunk."""
     from d3ray.run.pretrain import run_pretrain

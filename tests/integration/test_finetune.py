@@ -62,10 +62,10 @@ def trained(run_dir) -> list[str]:
 
 
 @pytest.mark.parametrize("variant, extra", [
-    # (a full model's kill-and-resume: tests/integration/test_pretrain.py, with the synchronous upload)
+    # (a full model's kill-and-resume: tests/integration/test_pretrain.py, saved in place, the default)
     # LoRA on a local base, ordered by D3: the influence actor builds the same adapters and sketches only
     # them; the checkpoints (uploaded asynchronously) hold the adapters only
-    ("lora", ["--train.zero_stage=2", "--model.lora={r: 4}", "--schedule.type=d3", "--schedule.influence.sketch.k=64",
+    ("lora", ["--train.checkpoint_upload=async", "--train.zero_stage=2", "--model.lora={r: 4}", "--schedule.type=d3", "--schedule.influence.sketch.k=64",
               "--schedule.influence.sample_fraction=0.5", "--schedule.placement={type: actors, nice: 19}"]),
 ])
 def test_finetune_killed_and_resumed_matches_the_uninterrupted_run(ray_cluster, suite, lora_base, tmp_path, variant,

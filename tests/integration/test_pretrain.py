@@ -91,8 +91,8 @@ def test_pretrain_zero2_two_workers_loss_falls_and_kill_resume_matches(ray_clust
 
     # 2. same run, checkpoints every 2 chunks of 4 steps, killed at step 14 → the last one is at step 8
     # (checkpoint_every_sec set but never due: rank 0's time decision is broadcast at every chunk boundary)
-    cadence = ["--train.checkpoint_every_chunks=2", "--train.checkpoint_every_sec=100000",
-               "--train.checkpoint_upload=sync"]  # (the async default: test_finetune.py)
+    # (saved in place, the default for a local storage_path; the asynchronous upload: test_finetune.py)
+    cadence = ["--train.checkpoint_every_chunks=2", "--train.checkpoint_every_sec=100000"]
     crash_cfg = run_config(corpus, tmp_path, "killed", "--train.max_failures=0", *cadence)
     write_plan(crash_cfg.run_dir, FaultPlan(trainer_exit_at_step=14))
     from ray.train import WorkerGroupError

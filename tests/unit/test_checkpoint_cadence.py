@@ -58,7 +58,7 @@ def test_checkpoint_due_by_steps_at_the_chunk_that_crosses_each_multiple():
 
 @pytest.mark.parametrize("override, message", [
     ("--train.checkpoint_every_steps=-5", r"train\.checkpoint_every_steps=-5 must be >= 0"),
-    ("--train.checkpoint_upload=later", r"train\.checkpoint_upload='later' must be async or sync"),
+    ("--train.checkpoint_upload=later", r"train\.checkpoint_upload='later' must be one of auto, direct, async, sync"),
 ])
 def test_checkpoint_cadence_and_upload_bad_values_refused(override, message):
     with pytest.raises(ConfigError, match=message):

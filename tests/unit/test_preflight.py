@@ -86,6 +86,29 @@ def test_preflight_storage_path_local_and_s3_with_pyarrow_pass():
         assert storage_problem("s3://bucket/ckpt") is None
 
 
+def test_preflight_direct_checkpoints_to_a_uri_refused_with_the_fix():
+    problems = environment_problems(config("--storage_path=s3://bucket/ckpt", "--train.checkpoint_upload=direct"))
+    assert [p for p in problems if p.startswith("train.checkpoint_upload=direct")] == [
+        "train.checkpoint_upload=direct saves into storage_path's directories, which "
+        "storage_path='s3://bucket/ckpt' is not: use train.checkpoint_upload=auto or async"]
+    for fine in (config("--storage_path=/mnt/shared/ckpt", "--train.checkpoint_upload=direct"),
+                 config("--storage_path=s3://bucket/ckpt"), config("--train.checkpoint_upload=direct")):
+        assert not [p for p in environment_problems(fine) if "checkpoint_upload" in p]
+
+
+def test_checkpoint_upload_in_place_on_a_local_filesystem_only():
+    import pyarrow.fs
+
+    from d3ray.train.checkpointer import upload_in_place
+
+    local, remote = pyarrow.fs.LocalFileSystem(), pyarrow.fs.SubTreeFileSystem("/tmp", pyarrow.fs.LocalFileSystem())
+    assert upload_in_place("auto", local) and upload_in_place("direct", local)
+    assert not upload_in_place("async", local) and not upload_in_place("sync", local)
+    assert not upload_in_place("auto", remote)  # a filesystem Ray Train copies to: auto uploads asynchronously
+    with pytest.raises(ValueError, match="checkpoint_upload=direct needs a filesystem storage_path"):
+        upload_in_place("direct", remote)
+
+
 def test_preflight_data_path_scheme_without_fsspec_backend_names_field():
     # abfs:// (adlfs): a scheme fsspec knows whose package no extra installs (the dev install has s3fs, gcsfs)
     try:
