@@ -81,6 +81,10 @@ class TrainConfig:
     """Checkpoints kept by Ray Train."""
     max_failures: int = 0
     """Ray Train FailureConfig.max_failures: worker-group restarts from the latest checkpoint."""
+    keep_freed_memory: bool = True
+    """Each trainer keeps what a step frees for the next (glibc's ``mallopt``: allocations up to 32 MiB from
+    the heap, up to 1 GiB freed kept): a CPU step then does not map and fault in its buffers anew
+    (d3ray/train/allocator.py). No effect without glibc; off: glibc's own thresholds."""
     activation_checkpointing: bool = False
     """Recompute each transformer block's activations in the backward instead of keeping them
     (transformers' activation checkpointing, non-reentrant): less activation memory for about

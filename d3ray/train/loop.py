@@ -146,6 +146,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     from d3ray.errors import UserError
     from d3ray.model import lora_base_model
     from d3ray.run_files import route_logs_to_run_dir
+    from d3ray.train.allocator import keep_freed_memory
     from d3ray.train.checkpointer import Checkpointer, resume
     from d3ray.train.engine import start_trainer_rank
     from d3ray.train.evaluator import Evaluator
@@ -159,6 +160,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     route_logs_to_run_dir(run_dir, f"trainer-{rank}")
+    if tcfg.keep_freed_memory and not keep_freed_memory():
+        logger.info("train.keep_freed_memory: no glibc mallopt in this process; the C library's own thresholds")
     if world != tcfg.num_workers:
         raise RuntimeError(f"expected {tcfg.num_workers} workers, Ray Train started {world}")
     trainer, device = start_trainer_rank(tcfg, spec.model, spec.seed, spec.model_config, rank, world)
