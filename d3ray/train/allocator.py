@@ -6,9 +6,9 @@ Both start low (128 KiB) and rise only as mapped chunks are freed, to the larges
 training step on the CPU allocates and frees its activations and gradients, megabytes each, every step: at
 those thresholds each step maps, faults in and zeroes its pages anew. A process that once freed a larger
 buffer (the default D3's scoring pass, whose logits span ``tokens_per_pass`` tokens) has higher thresholds
-from then on, and its steps are faster: with glibc's defaults the default D3's steps were 22% faster than
-random order's at L = 32 on the 2-core box, for the same arithmetic
-(docs/results/bench-pipeline-default-d3-2026-12-05.md).
+from then on: part of why, with glibc's defaults, the default D3's steps were 22% faster than random order's
+at L = 32 on the 2-core box, for the same arithmetic (docs/results/bench-pipeline-default-d3-2026-12-05.md,
+which also says what is left of that gap).
 
 :func:`keep_freed_memory` fixes both thresholds high (``mallopt``): allocations up to 32 MiB come from the
 heap and up to 1 GiB of freed memory stays in the process. Every trainer does it at start
