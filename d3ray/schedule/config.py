@@ -136,7 +136,15 @@ class StagedScheduleConfig(ScheduleConfig):
             )
 
     def trainer_requests(self) -> TrainerRequests:
-        return self.own_trainer_requests() | self.order.trainer_requests()
+        """This stage's requests and the order stage's, merged; the run's decisions follow this config's
+        ``staleness`` (the coordinator's), so a snapshot the order declares read later is capped to it."""
+        import dataclasses
+
+        requests = self.own_trainer_requests() | self.order.trainer_requests()
+        snapshot = requests.snapshot
+        if snapshot is not None and snapshot.staleness > self.staleness:
+            requests = dataclasses.replace(requests, snapshot=dataclasses.replace(snapshot, staleness=self.staleness))
+        return requests
 
     def check_train(self, train: Any) -> None:
         self.order.check_train(train)

@@ -69,6 +69,10 @@ class SnapshotRequest:
     arrays otherwise (every reader accepts them)."""
     optimizer_state: bool = False
     """The AdamW state travels with every snapshot (optimizer-aware influence, ``preconditioner: adam``)."""
+    staleness: int = 0
+    """The reader's ``staleness`` where it declares it (D3's influence actors): at 1 the snapshot of version v
+    is first read for chunk v + 1, so a boundary saves its checkpoint (which waits for chunk v's decision
+    only) before publishing it (``trainer_side.prepares_after_checkpoint``). 0: published first."""
 
     def __post_init__(self) -> None:
         if self.dtype not in SNAPSHOT_DTYPES:
@@ -76,9 +80,11 @@ class SnapshotRequest:
 
     def __or__(self, other: SnapshotRequest) -> SnapshotRequest:
         """One snapshot serves both readers (a staged scheduler and its order): 16 bits only if both
-        accept 16 bits, else float32 (which every reader accepts); the optimizer state if either reads it."""
+        accept 16 bits, else float32 (which every reader accepts); the optimizer state if either reads it;
+        the smaller staleness (the reader that needs it sooner)."""
         dtype = "bfloat16" if self.dtype == other.dtype == "bfloat16" else "float32"
-        return SnapshotRequest(dtype=dtype, optimizer_state=self.optimizer_state or other.optimizer_state)
+        return SnapshotRequest(dtype=dtype, optimizer_state=self.optimizer_state or other.optimizer_state,
+                               staleness=min(self.staleness, other.staleness))
 
 
 @dataclass(frozen=True)

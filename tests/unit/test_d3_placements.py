@@ -161,7 +161,8 @@ def test_actors_placement_refuses_its_bad_fields_naming_them(fields, message):
 
 def test_actors_ask_a_snapshot_and_their_own_actors_in_trainer_asks_sketches_and_none():
     actors = D3ScheduleConfig(placement=ActorsPlacement(count=2, num_gpus=0.25, resources={"gpu_node": 0.01}))
-    assert actors.trainer_requests() == TrainerRequests(snapshot=SnapshotRequest(dtype="bfloat16", optimizer_state=True))
+    assert actors.trainer_requests() == TrainerRequests(snapshot=SnapshotRequest(dtype="bfloat16", optimizer_state=True,
+                                                                                 staleness=1))
     assert actors.actor_requests() == [ActorRequest("influence", 2, {"CPU": 1.0, "GPU": 0.25, "gpu_node": 0.01})]
     in_trainer = D3ScheduleConfig(placement=InTrainerPlacement(), L=5)
     assert in_trainer.trainer_requests().snapshot is None and in_trainer.trainer_requests().sketch.L == 5

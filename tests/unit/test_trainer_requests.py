@@ -36,7 +36,15 @@ def test_d3_on_actors_asks_a_16_bit_snapshot_with_the_adam_state_when_its_precon
         preconditioner, optimizer_state):
     requests = requests_of("--schedule.type=d3", "--schedule.placement.type=actors",
                            f"--schedule.influence.preconditioner={preconditioner}")
-    assert requests == TrainerRequests(snapshot=SnapshotRequest(dtype="bfloat16", optimizer_state=optimizer_state))
+    assert requests == TrainerRequests(snapshot=SnapshotRequest(dtype="bfloat16", optimizer_state=optimizer_state,
+                                                                staleness=1))
+
+
+def test_a_merged_snapshot_keeps_the_smaller_staleness():
+    """One snapshot for two readers: published first if either reads it for the next chunk."""
+    ahead, now = SnapshotRequest(staleness=1), SnapshotRequest(dtype="bfloat16", staleness=0)
+    assert (ahead | now).staleness == (now | ahead).staleness == 0
+    assert (ahead | SnapshotRequest(staleness=1)).staleness == 1
 
 
 def test_d3_in_trainer_asks_sketches_with_its_influence_config_and_no_snapshot():
@@ -57,8 +65,12 @@ def test_staged_requests_merge_into_one_float32_snapshot_with_the_optimizer_stat
 def test_a_mixer_asks_feedback_and_keeps_its_orders_snapshot_and_only_mixers_draw_by_domain():
     cfg = load_config(RunConfig, None, ["--schedule.type=odm", "--schedule.order.type=d3",
                                         "--schedule.order.influence.preconditioner=none"]).schedule
-    assert cfg.trainer_requests() == TrainerRequests(snapshot=SnapshotRequest(dtype="bfloat16"),
+    assert cfg.trainer_requests() == TrainerRequests(snapshot=SnapshotRequest(dtype="bfloat16", staleness=1),
                                                      feedback=FeedbackRequest())
+    # the run decides at the mixer's staleness (the coordinator's), whatever the order stage declares
+    at_zero = load_config(RunConfig, None, ["--schedule.type=odm", "--schedule.order.type=d3",
+                                            "--schedule.staleness=0"]).schedule
+    assert at_zero.order.staleness == 1 and at_zero.trainer_requests().snapshot.staleness == 0
     drawing = {name for name in ScheduleConfig.known() if _draws_mixture(name)}
     assert drawing and all(ScheduleConfig.lookup(name).kind is Kind.MIX for name in drawing)
     assert not _draws_mixture("d3") and not _draws_mixture("loss")

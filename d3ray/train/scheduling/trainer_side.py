@@ -117,15 +117,20 @@ def prepares_after_checkpoint(requests: TrainerRequests) -> bool:
     """Whether the preparation of a chunk boundary (the next version's snapshot or sketches) comes after the
     boundary's checkpoint rather than before it.
 
-    Only the trainers' own scoring (a sketch request, no snapshot) at ``staleness >= 1`` does: it scores the
-    chunk after the next, so the next chunk's decision, which the checkpoint waits for, was made a boundary
-    earlier; and a save right after the scoring pass was slower (20 against 13 ms a checkpoint at L = 8, the
-    same files: docs/results/bench-pipeline-default-d3-2026-12-05.md). A resumed run prepares at its first
-    version anyway (``TrainerSide.start``). With a snapshot, or at staleness 0, the next chunk's decision
-    needs this boundary's preparation: it comes first.
+    At ``staleness >= 1`` (the trainers' own scoring, or a snapshot whose reader declares it: D3's influence
+    actors) what a boundary prepares is first read for the chunk after the next, so the next chunk's
+    decision, which the checkpoint waits for, was made a boundary earlier. Saving first keeps the
+    preparation's work off the save: a save right after the scoring pass was slower (20 against 13 ms a
+    checkpoint at L = 8, the same files), and with a trainer on a core of its own Ray Train's report took
+    twice random order's beside the influence actor's pass on the snapshot just published
+    (docs/results/bench-pipeline-default-d3-2026-12-05.md). A resumed run prepares at its first version
+    anyway (``TrainerSide.start``). At staleness 0, or for a snapshot reader that declares none, the next
+    chunk's decision needs this boundary's preparation: it comes first.
     """
-    sketch = requests.sketch
-    return requests.snapshot is None and sketch is not None and sketch.staleness >= 1
+    sketch, snapshot = requests.sketch, requests.snapshot
+    if sketch is None and snapshot is None:
+        return False
+    return (sketch is None or sketch.staleness >= 1) and (snapshot is None or snapshot.staleness >= 1)
 
 
 class TrainerSide:

@@ -79,9 +79,12 @@ class ActorsPlacement(PlacementConfig):
         return self.count == 1 and d3.sorts_potential
 
     def trainer_requests(self, d3: D3ScheduleConfig) -> TrainerRequests:
-        """A weights snapshot per chunk, with the AdamW state for ``preconditioner: adam``."""
+        """A weights snapshot per chunk, with the AdamW state for ``preconditioner: adam``; at staleness 1
+        published after the boundary's checkpoint (the actor's work then does not overlap the save and
+        Ray Train's report)."""
         return TrainerRequests(snapshot=SnapshotRequest(dtype=self.snapshot_dtype,
-                                                        optimizer_state=d3.influence.needs_optimizer_state))
+                                                        optimizer_state=d3.influence.needs_optimizer_state,
+                                                        staleness=d3.staleness))
 
     def actor_requests(self, d3: D3ScheduleConfig) -> list[ActorRequest]:
         return [ActorRequest("influence", self.count,
