@@ -73,7 +73,7 @@ def batched_potentials(
     objectives: Sequence[CrossEntropyObjective],
     params: Params,
     w: Params | Callable[[], Params],
-    tokens_per_pass: int = 4096,
+    tokens_per_pass: int = 512,
     method: str = "jvp",
     step_size: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:

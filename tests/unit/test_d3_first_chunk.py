@@ -37,7 +37,7 @@ def test_d3_first_chunk_stream_chunk0_is_stream_order_logged_not_fallback() -> N
     assert decision.order == tuple(range(8))
     assert decision.fallback is False
     assert decision.record["first_chunk"] == "stream_order"
-    assert decision.record["estimator"] == "drift(residual=none, potential=step, tokens_per_pass=4096)"
+    assert decision.record["estimator"] == "drift(residual=none, potential=step, tokens_per_pass=512)"
 
 
 def test_d3_first_chunk_stream_later_chunk_without_weights_falls_back() -> None:

@@ -64,9 +64,13 @@ class DriftConfig(EstimatorConfig):
     0.18x for ``gradient``. The sketched residual and in-trainer scoring (ZeRO-3 slices) need g_i and
     always take ``gradient``."""
 
-    tokens_per_pass: int = 4096
-    """Tokens stacked into one pass (``potential: jvp | step``): bounds its memory, about
-    2 x tokens x vocabulary floats of logits (and their tangents for jvp)."""
+    tokens_per_pass: int = 512
+    """Tokens stacked into one pass (``potential: jvp | step``; whole sequences, one at least): bounds its
+    memory, about 2 x tokens x vocabulary floats of logits (and their tangents for jvp), and its speed on a
+    CPU, where a pass whose logits outgrow the caches costs more per token: 16 sequences of 128 tokens,
+    no-grad forward and loss on one thread, 512 tokens a pass within 4% of the fastest at vocabulary 4,096
+    and 8,192 and for gpt2-small, 4,096 tokens 46-80% slower (the row sums bit for bit the same;
+    docs/results/bench-pipeline-default-d3-2026-12-06.md). Was 4,096."""
 
     def __post_init__(self) -> None:
         if self.residual not in RESIDUALS:
