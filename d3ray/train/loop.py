@@ -12,8 +12,9 @@
         trainer_side.chunk_trained: feedback (the chunk's per-sample losses), then the next version's
             snapshot or sketches (d3ray/train/scheduling/trainer_side.py)
         checkpointer.save_if_due (checkpointer.py: the cadence, the save, its cost)
-        trainer_side.after_checkpoint: the trainers' own scoring of the chunk after the next, at
-            staleness >= 1 (saved first: a save right after the scoring pass was slower)
+        trainer_side.after_checkpoint: at staleness >= 1 the trainers' own scoring of the chunk after
+            the next, or the snapshot D3's influence actors read for it (saved first: a save right after
+            the scoring pass was slower, a report beside the actor's pass too)
 
 Every rank pulls the same ``DecidedChunk`` from the ScheduleCoordinator and takes its contiguous
 share of each global batch (rows ``rank*B/W .. (rank+1)*B/W``); micro-batches are the rows
