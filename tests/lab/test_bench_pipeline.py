@@ -1,8 +1,30 @@
-"""The pipeline benchmark's per-position step profile (pure function over metrics rows)."""
+"""The pipeline benchmark's pure parts: the per-position step profile, the pairs' ratio interval, the configs."""
+
+import math
 
 import pytest
 
-from d3ray.lab.bench.pipeline import step_seconds_by_position
+from d3ray.lab.bench.pipeline import ratio_interval, step_seconds_by_position
+
+
+def test_ratio_interval_is_a_t_interval_on_the_logarithms_of_the_pairs():
+    # logs +0.1 and -0.1: mean 0, sd 0.1414, standard error 0.1, t(0.975, 1 df) = 12.7062
+    mean, low, high = ratio_interval([math.exp(0.1), math.exp(-0.1)])
+    assert mean == pytest.approx(1.0)
+    assert low == pytest.approx(math.exp(-1.27062), rel=1e-4) and high == pytest.approx(math.exp(1.27062), rel=1e-4)
+    assert ratio_interval([0.93, 0.93, 0.93, 0.93]) == pytest.approx((0.93, 0.93, 0.93))
+    # four pairs spread like the 2-core box's: the interval holds the geometric mean and is narrower at 90%
+    pairs = [0.833, 1.000, 1.033, 0.915]
+    mean, low, high = ratio_interval(pairs)
+    assert low < mean < high and mean == pytest.approx(math.prod(pairs) ** 0.25)
+    _, low90, high90 = ratio_interval(pairs, level=0.90)
+    assert low < low90 and high90 < high
+
+
+def test_ratio_interval_needs_two_pairs_and_positive_ratios():
+    assert ratio_interval([0.95]) is None
+    with pytest.raises(ValueError, match="finite and > 0"):
+        ratio_interval([0.9, 0.0])
 
 
 def test_step_seconds_by_position_averages_each_position_of_the_chunk():

@@ -14,6 +14,10 @@ that on the scheduler. The figures pool every step and token of the repeats:
                              wait for the next chunk's decision (it is part of the checkpoint) counts
     loop_seconds           = the training loop's wall time by phase: steps, chunk boundaries (feedback,
                              weights snapshot), checkpoints, evaluations, wait, other
+    throughput_ratio_interval95 = the geometric mean of the pairs' ratios and a 95% confidence interval of
+                             the expected ratio (Student t on their logarithms; none for one pair): the pairs
+                             spread ±0.05-0.15 on the 2-core box, so 4 pairs tell a target 0.05 from the
+                             ratio apart only sometimes (docs/results/bench-pipeline-default-d3-2026-12-06.md)
     step_sec_ratio         = mean step time ÷ random order's (what weighting adds to a step), also
                              as a ratio of medians (robust to the box's spikes) and per repeat (spread)
     influence_sec / solver_sec per chunk, fallback count (D3)
@@ -190,6 +194,24 @@ def loop_ratios(mine: dict[str, float], base: dict[str, float]) -> dict[str, flo
     return {k: (mine[k] / base[k] if base.get(k) else None) for k in mine if k in base}
 
 
+def ratio_interval(ratios: list[float], level: float = 0.95) -> tuple[float, float, float] | None:
+    """(geometric mean, low, high) of per-pair ratios: a Student t interval on the mean of their logarithms
+    at ``level``, mapped back (a ratio's spread is multiplicative). None for fewer than two pairs.
+
+    Raises:
+        ValueError: a ratio that is not finite and > 0.
+    """
+    from scipy import stats
+
+    logs = np.log(np.asarray(ratios, dtype=np.float64))
+    if not np.all(np.isfinite(logs)):
+        raise ValueError(f"ratio_interval: every ratio must be finite and > 0, got {ratios}")
+    if logs.size < 2:
+        return None
+    mean, half = logs.mean(), stats.t.ppf(0.5 + level / 2, logs.size - 1) * logs.std(ddof=1) / np.sqrt(logs.size)
+    return float(np.exp(mean)), float(np.exp(mean - half)), float(np.exp(mean + half))
+
+
 def pool_summaries(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One scheduler's figures over its repeated runs: rates and fractions from the summed tokens,
     seconds and waits, step times over all steps of all runs, the per-position profile averaged;
@@ -330,6 +352,7 @@ def run(args: argparse.Namespace) -> int:
         "throughput_ratio_by_repeat": [m["tokens_per_sec"] / b["tokens_per_sec"]
                                        for m, b in zip(per_run[label], per_run[base_label], strict=True)],
         "loop_seconds_ratio": loop_ratios(mine.get("loop_seconds") or {}, base.get("loop_seconds") or {}),
+        "throughput_ratio_interval95": None,
         "trainer_wait_fraction": mine["trainer_wait_fraction"],
         "trainer_wait_fraction_after_first_chunk": mine["trainer_wait_fraction_after_first_chunk"],
         "targets": {"throughput_ratio": ">= 0.92 (d3, the defaults, 2-core box; >= 0.97 where the trainers have "
@@ -338,6 +361,9 @@ def run(args: argparse.Namespace) -> int:
                     "loop_seconds_ratio.checkpoint": "<= 1.10 (the scheduler's checkpoint cost)",
                     "step_sec_ratio": "< 1.03 (weighting)"},
     }
+    interval = ratio_interval(report["throughput_ratio_by_repeat"])
+    if interval is not None:
+        report["throughput_ratio_interval95"] = {"geometric_mean": interval[0], "low": interval[1], "high": interval[2]}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     print(f"\n{'':24}{base_label:>14}{label:>14}   ({repeats} run(s) each, pooled)")
@@ -359,7 +385,10 @@ def run(args: argparse.Namespace) -> int:
         profile = " ".join("-" if t is None else f"{t:.3f}" for t in results[lab]["step_sec_by_chunk_position"])
         print(f"{lab} step seconds by position in chunk: {profile}")
     by_repeat = " ".join(f"{r:.3f}" for r in report["step_sec_ratio_by_repeat"])
-    print(f"throughput_ratio {report['throughput_ratio']:.3f} (steady state {report['steady_throughput_ratio']:.3f}) | "
+    spread = (f"; pairs {interval[0]:.3f}, 95% interval {interval[1]:.3f}-{interval[2]:.3f}"
+              if interval is not None else "")
+    print(f"throughput_ratio {report['throughput_ratio']:.3f} (steady state {report['steady_throughput_ratio']:.3f}"
+          f"{spread}) | "
           f"step_sec_ratio {report['step_sec_ratio']:.3f} (median {report['median_step_sec_ratio']:.3f}; "
           f"by repeat {by_repeat}) | trainer_wait_fraction "
           f"{report['trainer_wait_fraction']:.3f} ({report['trainer_wait_fraction_after_first_chunk']:.3f} after "
