@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -195,21 +196,22 @@ def loop_ratios(mine: dict[str, float], base: dict[str, float]) -> dict[str, flo
 
 
 def ratio_interval(ratios: list[float], level: float = 0.95) -> tuple[float, float, float] | None:
-    """(geometric mean, low, high) of per-pair ratios: a Student t interval on the mean of their logarithms
-    at ``level``, mapped back (a ratio's spread is multiplicative). None for fewer than two pairs.
+    """(geometric mean, low, high) of per-pair ratios: the census's Student t interval
+    (``d3ray.lab.census.stats.t_interval``) on their logarithms at ``level``, mapped back (a ratio's spread is
+    multiplicative). None for fewer than two pairs.
 
     Raises:
         ValueError: a ratio that is not finite and > 0.
     """
-    from scipy import stats
+    from d3ray.lab.census.stats import t_interval
 
     logs = np.log(np.asarray(ratios, dtype=np.float64))
     if not np.all(np.isfinite(logs)):
         raise ValueError(f"ratio_interval: every ratio must be finite and > 0, got {ratios}")
     if logs.size < 2:
         return None
-    mean, half = logs.mean(), stats.t.ppf(0.5 + level / 2, logs.size - 1) * logs.std(ddof=1) / np.sqrt(logs.size)
-    return float(np.exp(mean)), float(np.exp(mean - half)), float(np.exp(mean + half))
+    mean, low, high = t_interval(logs, confidence=level)
+    return math.exp(mean), math.exp(low), math.exp(high)
 
 
 def pool_summaries(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -339,6 +341,8 @@ def run(args: argparse.Namespace) -> int:
             ray.shutdown()
     results = {lab: pool_summaries(runs) for lab, runs in per_run.items()}
     mine, base = results[label], results[base_label]
+    ratios = [m["tokens_per_sec"] / b["tokens_per_sec"] for m, b in zip(per_run[label], per_run[base_label], strict=True)]
+    interval = ratio_interval(ratios)
     report = {
         "steps": steps, "L": L, "scheduler": name, "repeats": repeats, "own_cores": args.own_cores,
         "schedule": to_dict(sched_cfg.schedule),
@@ -349,10 +353,10 @@ def run(args: argparse.Namespace) -> int:
         "median_step_sec_ratio": mine["median_step_sec"] / base["median_step_sec"],
         "step_sec_ratio_by_repeat": [m["mean_step_sec"] / b["mean_step_sec"]
                                      for m, b in zip(per_run[label], per_run[base_label], strict=True)],
-        "throughput_ratio_by_repeat": [m["tokens_per_sec"] / b["tokens_per_sec"]
-                                       for m, b in zip(per_run[label], per_run[base_label], strict=True)],
+        "throughput_ratio_by_repeat": ratios,
         "loop_seconds_ratio": loop_ratios(mine.get("loop_seconds") or {}, base.get("loop_seconds") or {}),
-        "throughput_ratio_interval95": None,
+        "throughput_ratio_interval95": None if interval is None else dict(
+            zip(("geometric_mean", "low", "high"), interval, strict=True)),
         "trainer_wait_fraction": mine["trainer_wait_fraction"],
         "trainer_wait_fraction_after_first_chunk": mine["trainer_wait_fraction_after_first_chunk"],
         "targets": {"throughput_ratio": ">= 0.92 (d3, the defaults, 2-core box; >= 0.97 where the trainers have "
@@ -361,9 +365,6 @@ def run(args: argparse.Namespace) -> int:
                     "loop_seconds_ratio.checkpoint": "<= 1.10 (the scheduler's checkpoint cost)",
                     "step_sec_ratio": "< 1.03 (weighting)"},
     }
-    interval = ratio_interval(report["throughput_ratio_by_repeat"])
-    if interval is not None:
-        report["throughput_ratio_interval95"] = {"geometric_mean": interval[0], "low": interval[1], "high": interval[2]}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     print(f"\n{'':24}{base_label:>14}{label:>14}   ({repeats} run(s) each, pooled)")
