@@ -1,0 +1,74 @@
+"""The commands the READMEs show parse, their configs resolve, and the run directories they read are
+ones a README command writes.
+
+A README is a manual: a command in it that no longer parses (a renamed flag, a config key moved to
+another section) or that reads a run no command of the manual wrote (``runs/tiny`` after the default
+run was renamed) fails its reader on the first try. Nothing here trains; the end-to-end commands run in
+tests/integration (the bring-your-own-data commands verbatim).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from d3ray.cli import parse_args
+from d3ray.config import RunConfig
+from d3ray.config_loading import load_config
+from d3ray.run.defaults import FINETUNE_DEFAULTS
+
+REPO = Path(__file__).resolve().parents[2]
+READMES = [REPO / "README.md", *sorted((REPO / "d3ray").glob("**/README.md"))]
+FENCE = re.compile(r"^```(?:bash|sh|console)?\s*$\n(.*?)^```", re.MULTILINE | re.DOTALL)
+RUN_DIR = re.compile(r"^runs/([\w.-]+)$")
+
+
+def commands(readme: Path) -> list[list[str]]:
+    """The ``d3ray`` commands of a README's shell blocks, each as argv (after ``d3ray``): comments cut,
+    ``a && b`` split; a line listing alternatives (``bench solver | influence``) keeps its first."""
+    found = []
+    for block in FENCE.findall(readme.read_text()):
+        for line in block.splitlines():
+            for command in line.split(" && "):
+                if command.strip().startswith("d3ray "):
+                    argv = shlex.split(command, comments=True)[1:]
+                    found.append(argv[:argv.index("|")] if "|" in argv else argv)
+    return found
+
+
+def resolved_config(args) -> RunConfig:
+    """The RunConfig ``d3ray pretrain`` or ``finetune`` would run with (before ``--from``)."""
+    defaults = FINETUNE_DEFAULTS if args.command == "finetune" and not args.config else []
+    config = args.config and str(REPO / args.config)
+    return load_config(RunConfig, config, [*defaults, *args.overrides])
+
+
+def test_the_readmes_show_commands_of_every_kind() -> None:
+    """The walk finds the manual's commands (a parser that found none would pass the tests below)."""
+    kinds = {argv[0] for readme in READMES for argv in commands(readme) if argv}
+    assert {"pretrain", "finetune", "census", "export", "eval", "bench", "data"} <= kinds
+
+
+@pytest.mark.parametrize("readme", READMES, ids=lambda p: str(p.relative_to(REPO)))
+def test_readme_commands_parse_and_their_training_configs_resolve(readme: Path) -> None:
+    for argv in commands(readme):
+        try:
+            args = parse_args(argv)
+        except SystemExit:
+            pytest.fail(f"{readme.relative_to(REPO)}: `d3ray {shlex.join(argv)}` does not parse")
+        if args.command in ("pretrain", "finetune"):
+            resolved_config(args)  # a UserError names the key
+
+
+def test_the_main_readme_reads_only_runs_its_own_commands_write() -> None:
+    """``d3ray census runs/X``, ``export runs/X``, ``finetune --from runs/X``: X is the name of a run a
+    pretrain or finetune command of the same README writes."""
+    argvs = commands(REPO / "README.md")
+    written = {resolved_config(args).name for args in map(parse_args, argvs)
+               if args.command in ("pretrain", "finetune")}
+    read = {match.group(1) for argv in argvs for word in argv if (match := RUN_DIR.match(word))}
+    assert read, "the README shows no command reading a run directory"
+    assert read <= written, f"the README reads runs no command of it writes: {sorted(read - written)}"
