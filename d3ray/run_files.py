@@ -58,13 +58,19 @@ def remove_new_run_dir(made: list[Path]) -> bool:
     if not made or not made[0].is_dir():
         return False
     run_dir = made[0]
-    if any(run_dir.glob("checkpoint_*")) or any("train/loss" in r for r in read_jsonl(run_dir / "metrics.jsonl")):
+    if has_trained(run_dir):
         return False
     shutil.rmtree(run_dir)
     for parent in made[1:]:
         with contextlib.suppress(OSError):  # not empty: another run's folder appeared in it meanwhile
             parent.rmdir()
     return True
+
+
+def has_trained(run_dir: Path) -> bool:
+    """Whether a run trained in ``run_dir``: a checkpoint there, or a step row in its ``metrics.jsonl`` (a run
+    whose checkpoints live in ``storage_path`` logs its steps here too)."""
+    return any(run_dir.glob("checkpoint_*")) or any("train/loss" in r for r in read_jsonl(run_dir / "metrics.jsonl"))
 
 
 def is_finished(run_dir: str | Path) -> bool:

@@ -7,7 +7,8 @@
     pre-run       ── the scheduler's before_run (a no-op but for DoReMi's reference, RegMix's proxies)
     coordinator   ── ScheduleCoordinator actor over the Ray Data stream
     fit           ── TorchTrainer(train_loop_per_worker) with N DeepSpeed workers; re-running the
-                     same run name resumes from the newest checkpoint (Ray Train storage)
+                     same run name with the same config resumes from the newest checkpoint (Ray Train
+                     storage); another config is refused first, a finished run returns its metrics (rerun.py)
     summary       ── final_metrics.json, placement.json and the closing table (summary.py)
 
 The driver imports the worker (``d3ray.train.loop.train_loop_per_worker``, which Ray Train ships to the
@@ -37,6 +38,7 @@ from d3ray.run.cluster import (
 )
 from d3ray.run.preflight import check_cluster, check_environment
 from d3ray.run.prepare import load_eval_sets, prepare_data, prepare_eval_tasks
+from d3ray.run.rerun import check_rerun
 from d3ray.run.summary import print_summary, schedule_summary, write_placement
 from d3ray.run_files import (
     FINAL_METRICS,
@@ -59,6 +61,11 @@ def run_pretrain(cfg: RunConfig, callbacks: list[Any] | None = None) -> dict[str
     """
     # Workers run in other directories: hand them an absolute run directory.
     cfg = dataclasses.replace(cfg, output_dir=str(cfg.run_dir.parent))
+    finished = check_rerun(cfg.run_dir, to_dict(cfg), cfg.train.stop_at_step or cfg.train.steps)
+    if finished is not None:  # the same run, done: its files stay as they are
+        print(f"run {cfg.name} is finished ({finished['steps']} steps, in {cfg.run_dir}): nothing to train; "
+              "a new run needs --name=NEW", flush=True)
+        return finished
     made = new_directories(cfg.run_dir)
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     driver_log = log_to_file(cfg.run_dir, "driver")

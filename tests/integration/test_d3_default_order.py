@@ -27,17 +27,21 @@ FIXTURE = Path(__file__).parent / "fixtures" / "d3_default_run.json"
 STEPS, L = 24, 4  # within the corpus's first epoch (a chunk cut short by the epoch's end is not this test's subject)
 
 
-def seeded_default_run(root: Path) -> dict:
-    """The default schedule (no schedule key given) on a generated corpus: the chunk orders, the
-    sequences of each chunk in stream order, and the loss of every step."""
-    data_dir, tokenizer = make_corpus(root, seed=5, train_docs=200, validation_docs=20, train_shards=2)
-    cfg = load_config(RunConfig, None, [
+def default_config(root: Path, data_dir: Path, tokenizer: Path, *extra: str) -> RunConfig:
+    """The default schedule (no schedule key given) on the generated corpus ``data_dir``, in ``root / "runs"``."""
+    return load_config(RunConfig, None, [
         "--name=default", f"--output_dir={root / 'runs'}", "--seed=3",
         f"--data.train_paths=[{data_dir / 'train'}]", f"--data.validation_paths=[{data_dir / 'validation'}]",
         f"--data.tokenizer.path={tokenizer}", "--data.seq_len=64",
         f"--train.steps={STEPS}", "--train.eval_every=0", "--eval.max_sequences_per_domain=2",
         f"--schedule.L={L}", "--schedule.deadline_s=3600",  # a fallback only from a failure, not a slow box
+        *extra,
     ])
+
+
+def seeded_default_run(root: Path) -> dict:
+    """The default run's chunk orders, the sequences of each chunk in stream order, and the loss of every step."""
+    cfg = default_config(root, *make_corpus(root, seed=5, train_docs=200, validation_docs=20, train_shards=2))
     from d3ray.run.pretrain import run_pretrain
 
     start_local_ray()
@@ -64,9 +68,15 @@ def seeded_default_run(root: Path) -> dict:
             "losses": [r["train/loss"] for r in sorted(metrics, key=lambda r: r["step"])]}
 
 
-def test_d3_default_run_picks_the_recorded_orders_and_losses(tmp_path):
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory) -> tuple[Path, dict]:
+    root = tmp_path_factory.mktemp("default-d3")
+    return root, seeded_default_run(root)
+
+
+def test_d3_default_run_picks_the_recorded_orders_and_losses(default_run):
     recorded = json.loads(FIXTURE.read_text())
-    now = seeded_default_run(tmp_path)
+    _, now = default_run
     assert now["stream_batches"] == recorded["stream_batches"], (
         "the chunks hold other sequences than when the fixture was recorded (the data pipeline changed): "
         "record it again with python -m tests.integration.test_d3_default_order " + str(FIXTURE))
@@ -78,6 +88,26 @@ def test_d3_default_run_picks_the_recorded_orders_and_losses(tmp_path):
     assert all(p is not None and p <= 0 for p in now["predicted"])  # the sort puts every positive weight forward
     assert any(o != sorted(o) for o in now["orders"].values())  # the orders are not all stream order
     assert now["losses"] == pytest.approx(recorded["losses"], rel=1e-6, abs=1e-7)
+
+
+def test_the_finished_run_again_returns_its_metrics_and_another_config_is_refused_leaving_it_as_it_was(default_run):
+    """``run_pretrain`` on a directory holding a finished run (d3ray/run/rerun.py): the same config trains
+    nothing and returns the stored final metrics; another one is refused naming the keys; neither writes."""
+    from d3ray.errors import UserError
+    from d3ray.run.pretrain import run_pretrain
+
+    root, _ = default_run
+    corpus = root / "data", root / "tokenizer"
+    cfg = default_config(root, *corpus)
+    kept = {p.name: p.read_bytes() for p in cfg.run_dir.iterdir() if p.is_file()}
+    assert {"config.yaml", "final_metrics.json", "metrics.jsonl"} <= kept.keys()
+    again = run_pretrain(cfg)
+    assert again == json.loads(kept["final_metrics.json"]) and again["steps"] == STEPS
+    with pytest.raises(UserError, match=r"holds a run trained with another config \(schedule.type: 'd3' → 'random'"):
+        run_pretrain(default_config(root, *corpus, "--schedule.type=random"))
+    with pytest.raises(UserError, match=r"train.steps: 24 → 48"):
+        run_pretrain(default_config(root, *corpus, "--train.steps=48"))
+    assert {p.name: p.read_bytes() for p in cfg.run_dir.iterdir() if p.is_file()} == kept
 
 
 if __name__ == "__main__":

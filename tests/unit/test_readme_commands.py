@@ -72,3 +72,21 @@ def test_the_main_readme_reads_only_runs_its_own_commands_write() -> None:
     read = {match.group(1) for argv in argvs for word in argv if (match := RUN_DIR.match(word))}
     assert read, "the README shows no command reading a run directory"
     assert read <= written, f"the README reads runs no command of it writes: {sorted(read - written)}"
+
+
+def test_the_main_readmes_training_commands_with_different_configs_write_different_runs() -> None:
+    """A run directory holds one config (d3ray/run/rerun.py refuses another): two training commands of the
+    README that a reader may run one after the other differ in their run names, or train the same run."""
+    from d3ray.config_loading import to_dict
+    from d3ray.run.rerun import config_changes
+
+    runs: dict[tuple[str, str], tuple[list[str], dict]] = {}
+    for argv in commands(REPO / "README.md"):
+        args = parse_args(argv)
+        if args.command not in ("pretrain", "finetune"):
+            continue
+        cfg = resolved_config(args)
+        first = runs.setdefault((cfg.output_dir, cfg.name), (argv, to_dict(cfg)))
+        changes = config_changes(first[1], to_dict(cfg))
+        assert not changes, (f"`d3ray {shlex.join(first[0])}` and `d3ray {shlex.join(argv)}` both write "
+                             f"{cfg.output_dir}/{cfg.name} with other configs ({changes[:2]}): give one a --name")
