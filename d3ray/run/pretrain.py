@@ -61,7 +61,7 @@ def run_pretrain(cfg: RunConfig, callbacks: list[Any] | None = None) -> dict[str
     """
     # Workers run in other directories: hand them an absolute run directory.
     cfg = dataclasses.replace(cfg, output_dir=str(cfg.run_dir.parent))
-    finished = check_rerun(cfg.run_dir, to_dict(cfg), cfg.train.stop_at_step or cfg.train.steps)
+    finished = check_rerun(cfg.run_dir, cfg, cfg.train.stop_at_step or cfg.train.steps)
     if finished is not None:  # the same run, done: its files stay as they are
         print(f"run {cfg.name} is finished ({finished['steps']} steps, in {cfg.run_dir}): nothing to train; "
               "a new run needs --name=NEW", flush=True)

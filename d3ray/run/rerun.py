@@ -14,8 +14,8 @@ Ray Train resumes a run name from its newest checkpoint whatever the new config 
 Keys that say how a run is carried out, not what it trains, may change on resume (``RESUMABLE_KEYS``):
 the cluster (``ray.*``), the retries (``train.max_failures``), where a run stops early
 (``train.stop_at_step``: a stopped trunk goes on to its end) and the folder the run directory lies in
-(``output_dir``: a moved ``runs/``). A key only one of the two configs has (a config written by another
-d3ray version) is not compared.
+(``output_dir``: a moved ``runs/``). A key the stored config lacks (written by an older d3ray) is read as
+its default. ``d3ray compare`` reuses a finished run by the same comparison (``stored_config_changes``).
 """
 
 from __future__ import annotations
@@ -29,34 +29,52 @@ import yaml
 from d3ray.errors import UserError
 from d3ray.run_files import FINAL_METRICS, display_path, has_trained
 
-RESUMABLE_KEYS = ("ray.", "train.max_failures", "train.stop_at_step", "output_dir")
+RESUMABLE_KEYS = ("ray", "train.max_failures", "train.stop_at_step", "output_dir")
 SHOWN_CHANGES = 4
 
 
 def flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A nested config dict as ``{"schedule.L": 8, ...}`` (lists are values)."""
+    """A nested config dict as ``{"schedule.L": 8, ...}`` (lists and tuples are lists)."""
     out: dict[str, Any] = {}
     for key, value in tree.items():
         if isinstance(value, dict) and value:
             out.update(flat(value, f"{prefix}{key}."))
         else:
-            out[f"{prefix}{key}"] = value
+            out[f"{prefix}{key}"] = list(value) if isinstance(value, tuple) else value
     return out
 
 
-def config_changes(stored: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """(key, stored value, new value) for every key both configs hold that differs, but the resumable ones;
-    a changed ``type`` (which explains the keys under it) first."""
-    old, now = flat(stored), flat(new)
-    keys = sorted(old.keys() & now.keys(), key=lambda key: (not key.endswith(".type"), key))  # a type first
-    return [(key, old[key], now[key]) for key in keys if old[key] != now[key] and not key.startswith(RESUMABLE_KEYS)]
+def stored_config_changes(saved: dict[str, Any], planned: Any,
+                          ignored: tuple[str, ...] = ()) -> tuple[list[tuple[str, Any, Any]], list[str]]:
+    """How a run directory's ``config.yaml`` (``saved``, as loaded) differs from ``planned`` (a config
+    dataclass): (changes, predating).
+
+    ``changes``: (key, saved value, planned value) per differing key, the outermost first and at each depth
+    a changed ``type`` first (it explains the keys under it); a key or section named in ``ignored`` is not compared. ``predating``: the keys the
+    saved config does not have at all (written before they existed, or under another ``type``): they are
+    read as today's defaults (a key since removed or renamed is a change, the raw file names it).
+    """
+    from d3ray.config_loading import ConfigError, from_dict, to_dict
+
+    now = flat(to_dict(planned))
+    predating = sorted(now.keys() - flat(saved).keys())
+    if predating:
+        try:
+            saved = to_dict(from_dict(type(planned), saved))
+        except ConfigError:
+            pass
+    old = flat(saved)
+    keys = sorted(old.keys() | now.keys(), key=lambda key: (key.count("."), not key.endswith(".type"), key))
+    changes = [(key, old.get(key), now.get(key)) for key in keys
+               if old.get(key) != now.get(key) and not any(key == i or key.startswith(i + ".") for i in ignored)]
+    return changes, predating
 
 
-def check_rerun(run_dir: Path, config: dict[str, Any], target_step: int) -> dict[str, Any] | None:
+def check_rerun(run_dir: Path, planned: Any, target_step: int) -> dict[str, Any] | None:
     """What ``run_pretrain`` does with a run directory that may hold a run (module docstring).
 
-    ``config`` is the new run's config as ``config.yaml`` would hold it; ``target_step`` the step it ends
-    at. Returns the stored final metrics when the same run is finished there, else None (start or resume).
+    ``planned`` is the new run's RunConfig, ``target_step`` the step it ends at. Returns the stored final
+    metrics when the same run is finished there, else None (start or resume).
 
     Raises:
         UserError: the directory holds a run trained with another config.
@@ -64,8 +82,7 @@ def check_rerun(run_dir: Path, config: dict[str, Any], target_step: int) -> dict
     stored_path = run_dir / "config.yaml"
     if not stored_path.is_file() or not has_trained(run_dir):
         return None
-    stored = yaml.safe_load(stored_path.read_text()) or {}
-    changes = config_changes(stored, yaml.safe_load(yaml.safe_dump(config, sort_keys=False)))
+    changes, _ = stored_config_changes(yaml.safe_load(stored_path.read_text()) or {}, planned, RESUMABLE_KEYS)
     if changes:
         shown = ", ".join(f"{key}: {old!r} → {new!r}" for key, old, new in changes[:SHOWN_CHANGES])
         more = f", and {len(changes) - SHOWN_CHANGES} more" if len(changes) > SHOWN_CHANGES else ""

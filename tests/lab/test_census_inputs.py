@@ -125,8 +125,11 @@ def test_check_trunk_checkpoints_refuses_chunks_the_run_would_not_keep_before_tr
     check_trunk_checkpoints(by_steps, [15])  # counted in steps: load_run checks the run's own after training
 
 
-def test_census_command_takes_a_run_dir_or_a_config_never_both(tmp_path):
+def test_census_command_takes_a_run_dir_or_a_config_never_both(tmp_path, capsys):
+    import yaml
+
     from d3ray.cli import main
+    from d3ray.config_loading import to_dict
 
     assert main(["census", "--out", str(tmp_path / "o")]) == 2
     assert main(["census", str(tmp_path), "--config", "jobs/configs/census_pretrain_tiny.yaml",
@@ -136,6 +139,19 @@ def test_census_command_takes_a_run_dir_or_a_config_never_both(tmp_path):
     assert main(["census", "--config", "jobs/configs/census_pretrain_tiny.yaml", f"--output_dir={tmp_path}",
                  "--out", str(tmp_path / "o"), "--checkpoints", "15"]) == 2
     assert not (tmp_path / "census-pretrain-tiny").exists()
+    # --config whose run directory holds a run finished with another config: refused (not branched as if it
+    # were the config's run), nothing written there
+    other = load_config(RunConfig, "jobs/configs/census_pretrain_tiny.yaml", [f"--output_dir={tmp_path}",
+                                                                               "--train.steps=160"])
+    (other.run_dir / "checkpoint_2026-12-06_00-00-00.000000").mkdir(parents=True)
+    (other.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(other)))
+    (other.run_dir / "final_metrics.json").write_text('{"steps": 160}')
+    capsys.readouterr()
+    assert main(["census", "--config", "jobs/configs/census_pretrain_tiny.yaml", f"--output_dir={tmp_path}",
+                 "--out", str(tmp_path / "o"), "--checkpoints", "10"]) == 2
+    assert "holds a run trained with another config (train.steps: 160 → 320)" in capsys.readouterr().err
+    assert sorted(p.name for p in other.run_dir.iterdir()) == [
+        "checkpoint_2026-12-06_00-00-00.000000", "config.yaml", "final_metrics.json"]
 
 
 @pytest.mark.parametrize("stage", [1, 2, 3])

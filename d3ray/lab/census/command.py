@@ -82,7 +82,8 @@ def run_dir_of(args: argparse.Namespace) -> Path:
 
     Raises:
         UserError: neither or both of RUN_DIR and ``--config``; overrides without ``--config``; a config whose
-            run keeps no checkpoint at a requested chunk (before any training).
+            run keeps no checkpoint at a requested chunk (before any training); a run directory holding a
+            run trained with another config (``d3ray.run.rerun.check_rerun``).
     """
     from d3ray.errors import UserError
 
@@ -95,10 +96,12 @@ def run_dir_of(args: argparse.Namespace) -> Path:
     from d3ray.config import RunConfig
     from d3ray.config_loading import load_config
     from d3ray.lab.census.census import check_trunk_checkpoints
-    from d3ray.run_files import is_finished
+    from d3ray.run.rerun import check_rerun
 
     cfg = load_config(RunConfig, args.config, args.overrides)
-    if not is_finished(cfg.run_dir) and not args.report_only:
+    # a run directory holding this run finished is branched as it is; one holding another config is refused
+    finished = check_rerun(cfg.run_dir, cfg, cfg.train.stop_at_step or cfg.train.steps) is not None
+    if not finished and not args.report_only:
         check_trunk_checkpoints(cfg, args.checkpoints)
         print(f"census: training the run {cfg.run_dir} first ({cfg.train.steps} steps, {cfg.schedule.type_name}; "
               "a rerun resumes it)", flush=True)

@@ -89,57 +89,30 @@ UNCOMPARED_INIT = ("model.pretrained_path", "data.tokenizer.path")
 def check_unchanged(spec: RunSpec, init_from: bool = False) -> None:
     """Refuse to reuse a finished run whose config.yaml differs from the planned config (an edited
     comparison file would otherwise mix runs of different token budgets or settings). A key the saved
-    config does not have at all (the run predates it) is read as today's default, and printed as such.
+    config does not have at all (the run predates it) is read as today's default, and printed as such
+    (the comparison ``run_pretrain`` makes too: ``d3ray.run.rerun.stored_config_changes``).
 
     Raises:
         ConfigError: naming the run and the differing keys.
     """
     import yaml
 
-    from d3ray.config_loading import ConfigError, from_dict, to_dict
+    from d3ray.config_loading import ConfigError
+    from d3ray.run.rerun import stored_config_changes
 
     path = spec.run_dir / "config.yaml"
     if spec.config is None or not path.is_file():
         return
-    saved = yaml.safe_load(path.read_text()) or {}
-    planned = to_dict(spec.config)
-    predating = _absent(planned, saved)
-    if predating:
-        try:  # a run written before a key existed: read the key as today's default, and say so
-            saved = to_dict(from_dict(type(spec.config), saved))
-        except ConfigError:
-            pass  # a key since removed or renamed: compare the raw file, which names it as differing
     ignored = UNCOMPARED + (UNCOMPARED_INIT if init_from else ())
-    diff = [k for k in _differing(planned, saved) if not any(k == i or k.startswith(i + ".") for i in ignored)]
-    if diff:
+    changes, predating = stored_config_changes(yaml.safe_load(path.read_text()) or {}, spec.config, ignored)
+    if changes:
         raise ConfigError(
-            f"run {spec.name} in {spec.run_dir} finished with another config ({', '.join(diff[:6])} differ): "
-            "delete that run directory to rerun it, or use another output_dir")
+            f"run {spec.name} in {spec.run_dir} finished with another config "
+            f"({', '.join(key for key, _, _ in changes[:6])} differ): delete that run directory to rerun it, "
+            "or use another output_dir")
     if predating:
         print(f"compare: run {spec.name}'s config.yaml predates {', '.join(predating[:6])}"
               f"{' ...' if len(predating) > 6 else ''}; read as today's defaults", flush=True)
-
-
-def _absent(planned: Any, saved: Any, prefix: str = "") -> list[str]:
-    """Dotted keys of ``planned`` that ``saved`` does not have at all (not: has with another value)."""
-    if not isinstance(planned, dict) or not isinstance(saved, dict):
-        return []
-    out = []
-    for key, value in planned.items():
-        path = f"{prefix}.{key}" if prefix else str(key)
-        out += [path] if key not in saved else _absent(value, saved[key], path)
-    return out
-
-
-def _differing(a: Any, b: Any, prefix: str = "") -> list[str]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        out = []
-        for key in sorted(set(a) | set(b)):
-            out += _differing(a.get(key), b.get(key), f"{prefix}.{key}" if prefix else str(key))
-        return out
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        a, b = list(a), list(b)
-    return [] if a == b else [prefix]
 
 
 def outcomes_on_disk(plan: ComparePlan) -> list[RunOutcome]:
