@@ -50,9 +50,10 @@ def stored_config_changes(saved: dict[str, Any], planned: Any,
     dataclass): (changes, predating).
 
     ``changes``: (key, saved value, planned value) per differing key, the outermost first and at each depth
-    a changed ``type`` first (it explains the keys under it); a key or section named in ``ignored`` is not compared. ``predating``: the keys the
-    saved config does not have at all (written before they existed, or under another ``type``): they are
-    read as today's defaults (a key since removed or renamed is a change, the raw file names it).
+    a changed ``type`` first (it explains the keys under it); a key or section named in ``ignored`` is not
+    compared. ``predating``: the keys the saved config does not have at all (written before they existed,
+    or under another ``type``): they are read as today's defaults (a key since removed or renamed is a
+    change, the raw file names it).
     """
     from d3ray.config_loading import ConfigError, from_dict, to_dict
 

@@ -18,6 +18,7 @@ import pytest
 from d3ray.cli import parse_args
 from d3ray.config import RunConfig
 from d3ray.config_loading import load_config
+from d3ray.errors import UserError
 from d3ray.run.defaults import FINETUNE_DEFAULTS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,13 +55,17 @@ def test_the_readmes_show_commands_of_every_kind() -> None:
 
 @pytest.mark.parametrize("readme", READMES, ids=lambda p: str(p.relative_to(REPO)))
 def test_readme_commands_parse_and_their_training_configs_resolve(readme: Path) -> None:
+    problems = []
     for argv in commands(readme):
         try:
             args = parse_args(argv)
-        except SystemExit:
-            pytest.fail(f"{readme.relative_to(REPO)}: `d3ray {shlex.join(argv)}` does not parse")
-        if args.command in ("pretrain", "finetune"):
-            resolved_config(args)  # a UserError names the key
+            if args.command in ("pretrain", "finetune"):
+                resolved_config(args)
+        except SystemExit:  # argparse's error, printed above
+            problems.append(f"`d3ray {shlex.join(argv)}` does not parse")
+        except UserError as err:  # an unknown key or a wrong value, named
+            problems.append(f"`d3ray {shlex.join(argv)}`: {err}")
+    assert not problems, f"{readme.relative_to(REPO)}: " + "; ".join(problems)
 
 
 def test_the_main_readme_reads_only_runs_its_own_commands_write() -> None:
